@@ -1,0 +1,127 @@
+// Package driver is the contract between the agenthost host and a store
+// driver: the Go interface a driver satisfies, the batch it commits, and the
+// sentinel errors it reports.
+//
+// A driver stores records; the host owns their meaning. The contract is
+// deliberately narrow, in the manner of database/sql/driver:
+//
+//   - LoadThread returns a thread's header with its version and the runs the
+//     header lists as open.
+//   - Commit writes a Batch all or nothing, and only if the thread's version
+//     is still the one the host read (optimistic concurrency).
+//   - GetRuns, GetIdempotency, ReadHistory and ListRuns read what was
+//     committed, with read-your-writes.
+//
+// A driver never decides anything: it does not know which states are terminal
+// nor what an absorption is. It must index runs by State (for ListRuns),
+// idempotency records by (ThreadID, Key), and messages by (ThreadID, Seq).
+//
+// Errors are reported with the sentinels below, wrapped with detail
+// (fmt.Errorf("%w: ...")), so that callers can test them with errors.Is, also
+// after they cross a process boundary.
+package driver
+
+import (
+	"context"
+	"errors"
+
+	"github.com/agenthost/agenthost/abi/record"
+)
+
+// Driver is a store driver. Implementations must be safe for concurrent use.
+type Driver interface {
+	// Info describes the driver.
+	Info(ctx context.Context) (Info, error)
+
+	// LoadThread returns the thread's header and the runs named by its
+	// OpenRunIDs, in that order. A thread that was never written is returned
+	// with Version 0 and no runs, not as an error.
+	LoadThread(ctx context.Context, threadID string) (ThreadSnapshot, error)
+
+	// Commit applies b atomically if the thread's current version equals
+	// b.ExpectedVersion, and returns the new version (b.Thread.Version).
+	// Otherwise it writes nothing and returns ErrVersionConflict. Either every
+	// record of the batch is durable (for a durable driver) when Commit
+	// returns nil, or none is visible, ever.
+	Commit(ctx context.Context, b Batch) (int64, error)
+
+	// GetRuns returns the runs with the given ids, in the order asked. An
+	// unknown id is ErrNotFound.
+	GetRuns(ctx context.Context, ids []string) ([]record.Run, error)
+
+	// GetIdempotency returns the record for key on thread, or ErrNotFound.
+	GetIdempotency(ctx context.Context, threadID, key string) (record.Idempotency, error)
+
+	// ReadHistory returns up to limit messages of the thread with
+	// Seq > afterSeq, in Seq order. An empty result means the end.
+	ReadHistory(ctx context.Context, threadID string, afterSeq int64, limit int) ([]record.Message, error)
+
+	// ListRuns returns up to limit runs whose State is state and whose ID
+	// sorts after the cursor `after` (byte order), in ID order. The empty
+	// cursor starts at the beginning; an empty result means the end.
+	ListRuns(ctx context.Context, state record.RunState, after string, limit int) ([]record.Run, error)
+
+	// Close releases the driver. Calls after Close return ErrClosed.
+	Close(ctx context.Context) error
+}
+
+// Info describes a driver.
+type Info struct {
+	// ProtocolVersion is the store protocol version the driver speaks.
+	ProtocolVersion int
+	Name            string
+	Version         string
+	// Durable claims that a commit acknowledged by the driver survives the
+	// driver process being killed (kill -9) and relaunched on the same data.
+	Durable bool
+}
+
+// ThreadSnapshot is a thread's header with its open runs.
+type ThreadSnapshot struct {
+	Thread record.Thread
+	Runs   []record.Run // the runs named by Thread.OpenRunIDs, in that order
+}
+
+// Batch is one commit: every record in it is written together or not at all.
+type Batch struct {
+	// CommitID identifies the batch; the driver stores it as the thread's
+	// LastCommitID (it is already set in Thread).
+	CommitID string
+	ThreadID string
+	// ExpectedVersion is the thread version the batch was computed from
+	// (0 for a thread never written).
+	ExpectedVersion int64
+	// Thread is the new header; Thread.Version is ExpectedVersion+1.
+	Thread record.Thread
+	// Runs are inserted or replaced, by ID.
+	Runs []record.Run
+	// Messages are appended; a message whose (ThreadID, Seq) or ID exists is
+	// ErrInvalidArgument.
+	Messages []record.Message
+	// Idempotency records are inserted; one whose (ThreadID, Key) exists is
+	// ErrVersionConflict (a concurrent admission won the key).
+	Idempotency []record.Idempotency
+}
+
+// ProtocolVersion is the store protocol version this package describes.
+const ProtocolVersion = 1
+
+// The sentinel errors of the driver contract.
+var (
+	// ErrVersionConflict: the thread changed since it was read; nothing was
+	// written. The host reloads and retries.
+	ErrVersionConflict = errors.New("thread version conflict")
+	// ErrNotFound: the record asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidArgument: the request is malformed (empty id, mismatched
+	// thread, bad paging); nothing was written.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrTooLarge: the request exceeds the driver's size limits; nothing was
+	// written.
+	ErrTooLarge = errors.New("too large")
+	// ErrUnavailable: the driver cannot be reached. The outcome of a commit
+	// that failed this way is unknown until read back (see Thread.LastCommitID).
+	ErrUnavailable = errors.New("driver unavailable")
+	// ErrClosed: the driver was closed.
+	ErrClosed = errors.New("driver closed")
+)

@@ -1,0 +1,158 @@
+// Package record defines the durable records of agenthost: threads, runs,
+// messages and idempotency records.
+//
+// These are plain data. They are what the host hands a store driver to keep
+// and what a driver hands back; the rules that produce them live in the host's
+// run-state reducer (package host/runstate), not here. A driver stores and
+// indexes the fields it is told to (ids, thread, state, seq) and never needs
+// to interpret them.
+package record
+
+import "time"
+
+// RunState is the state of a run. The set is closed: a driver indexes runs by
+// this value, and the host's enumerations (active, recoverable, terminal) are
+// defined over exactly these six values.
+type RunState string
+
+// The run states.
+const (
+	StateQueued      RunState = "queued"      // admitted, waiting behind the thread's active run
+	StateActive      RunState = "active"      // being executed by the host that owns it
+	StateCompleted   RunState = "completed"   // answered
+	StateFailed      RunState = "failed"      // ended with an error, no answer
+	StateInterrupted RunState = "interrupted" // stopped on request, no answer
+	StateSuperseded  RunState = "superseded"  // answered by another run (see TerminalReason)
+)
+
+// RunStates lists every run state, in a stable order.
+var RunStates = []RunState{StateQueued, StateActive, StateCompleted, StateFailed, StateInterrupted, StateSuperseded}
+
+// Valid reports whether s is one of the known run states.
+func (s RunState) Valid() bool {
+	switch s {
+	case StateQueued, StateActive, StateCompleted, StateFailed, StateInterrupted, StateSuperseded:
+		return true
+	}
+	return false
+}
+
+// TerminalReason says why a run became terminal. It is empty while the run is
+// queued or active.
+type TerminalReason string
+
+// The terminal reasons.
+const (
+	ReasonCompleted   TerminalReason = "completed"   // state completed: the run answered its inputs
+	ReasonFailed      TerminalReason = "failed"      // state failed: model, tool or recovery failure
+	ReasonInterrupted TerminalReason = "interrupted" // state interrupted: a newer input asked it to stop
+	ReasonCanceled    TerminalReason = "canceled"    // state interrupted: an operator canceled it while queued
+	ReasonAbsorbed    TerminalReason = "absorbed"    // state superseded: its inputs were answered by AbsorbedIntoRunID
+)
+
+// Thread is a thread's header: the record whose Version every commit on the
+// thread is conditional on.
+type Thread struct {
+	ID string
+	// Version counts the commits on the thread. A thread that has never been
+	// written has version 0; each commit sets it to the expected version + 1.
+	Version int64
+	// NextRunSeq is the seq the next admitted run gets.
+	NextRunSeq int64
+	// NextMessageSeq is the position the next appended message gets.
+	NextMessageSeq int64
+	// OpenRunIDs lists the thread's runs that are not terminal (queued or
+	// active), in seq order. A driver returns these runs with the thread.
+	OpenRunIDs []string
+	// LastCommitID is the id of the batch that wrote this version, so a host
+	// whose commit reply was lost can tell by reading whether it was applied.
+	LastCommitID string
+	UpdatedAt    time.Time
+}
+
+// Run is one attempt to answer one or more inputs of a thread.
+type Run struct {
+	ID       string
+	ThreadID string
+	// Seq orders the runs of a thread; runs start, and answer, in seq order.
+	Seq   int64
+	State RunState
+	// TerminalReason is set when the run becomes terminal.
+	TerminalReason TerminalReason
+	// InputMessageIDs are the user messages this run answers: those admitted
+	// with it, then those coalesced into it, then those it absorbed.
+	InputMessageIDs []string
+	// AssistantMessageID is reserved at admission. Only a completed run writes
+	// a message with this id; for any other run it stays unused.
+	AssistantMessageID string
+	// AnswerSeq is the history position of the run's answer (the message
+	// AssistantMessageID), 0 while it has none.
+	AnswerSeq int64
+	// AbsorbedIntoRunID points at the completed run that answered this run's
+	// inputs; set only with TerminalReason absorbed.
+	AbsorbedIntoRunID string
+	// Attempt counts executions: 1 at admission, +1 at every recovery.
+	Attempt int
+	// Owner is the host epoch executing the run while it is active.
+	Owner string
+	// Error describes why a failed run failed.
+	Error string
+	// EndSeq orders the terminal runs of a thread by when they ended: the
+	// thread version of the commit that made the run terminal (0 before).
+	EndSeq    int64
+	CreatedAt time.Time
+	StartedAt time.Time
+	EndedAt   time.Time
+}
+
+// Role is the author of a message.
+type Role string
+
+// The message roles.
+const (
+	RoleUser      Role = "user"      // an accepted input
+	RoleAssistant Role = "assistant" // a model step: an answer, or a request for tool calls
+	RoleTool      Role = "tool"      // the result of one tool call
+)
+
+// ToolCall is a model's request to call a tool.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON text, as the model produced it
+}
+
+// Message is one entry of a thread's history. History is append-only; Seq is
+// the message's position in it.
+type Message struct {
+	ID       string
+	ThreadID string
+	// RunID is the run the message was written for: for an input, the run it
+	// was admitted to; for model and tool output, the run that produced it.
+	RunID   string
+	Seq     int64
+	Role    Role
+	Content string
+	// ToolCalls is set on an assistant message that asks for tools.
+	ToolCalls []ToolCall
+	// ToolCallID is set on a tool message: the call it answers.
+	ToolCallID string
+	// Hint is the submitter's hint to the input policy (user messages only).
+	Hint string
+	// Metadata is the submitter's metadata (user messages only).
+	Metadata  map[string]string
+	CreatedAt time.Time
+}
+
+// Idempotency binds a submission's idempotency key on a thread to the
+// admission it produced.
+type Idempotency struct {
+	ThreadID       string
+	Key            string
+	RunID          string
+	InputMessageID string
+	// ContentHash is the hex SHA-256 of the submitted content: the same key
+	// with other content is refused.
+	ContentHash string
+	CreatedAt   time.Time
+}

@@ -1,0 +1,504 @@
+package runstate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/record"
+)
+
+// Limits on identifiers, checked by every mutation.
+const (
+	MaxIDLen  = 256 // thread, run, message and owner ids
+	MaxKeyLen = 256 // idempotency keys
+)
+
+// Reduce applies m to s. It returns the effects to commit, or an error and no
+// effects. It never modifies s.
+func Reduce(s Snapshot, m Mutation) (Effects, error) {
+	if err := checkSnapshot(s); err != nil {
+		return Effects{}, err
+	}
+	switch m := m.(type) {
+	case Admit:
+		return admit(s, m)
+	case Start:
+		return start(s, m)
+	case CommitTerminal:
+		return commitTerminal(s, m)
+	case Recover:
+		return recoverRun(s, m)
+	case Cancel:
+		return cancel(s, m)
+	default:
+		return Effects{}, fmt.Errorf("%w: unknown mutation %T", ErrInvalid, m)
+	}
+}
+
+// ContentHash is the hash an idempotency record keeps of a submission.
+func ContentHash(content string) string {
+	h := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(h[:])
+}
+
+// IsTerminal reports whether a run in state st has ended.
+func IsTerminal(st record.RunState) bool {
+	switch st {
+	case record.StateCompleted, record.StateFailed, record.StateInterrupted, record.StateSuperseded:
+		return true
+	}
+	return false
+}
+
+func checkSnapshot(s Snapshot) error {
+	if err := checkID("thread id", s.Thread.ID); err != nil {
+		return err
+	}
+	if len(s.Open) != len(s.Thread.OpenRunIDs) {
+		return fmt.Errorf("%w: snapshot has %d open runs, header lists %d", ErrInvalid, len(s.Open), len(s.Thread.OpenRunIDs))
+	}
+	active := 0
+	for i, r := range s.Open {
+		switch {
+		case r.ID != s.Thread.OpenRunIDs[i]:
+			return fmt.Errorf("%w: snapshot open run %d is %s, header lists %s", ErrInvalid, i, r.ID, s.Thread.OpenRunIDs[i])
+		case r.ThreadID != s.Thread.ID:
+			return fmt.Errorf("%w: open run %s belongs to thread %s", ErrInvalid, r.ID, r.ThreadID)
+		case r.State != record.StateQueued && r.State != record.StateActive:
+			return fmt.Errorf("%w: open run %s is %s", ErrInvalid, r.ID, r.State)
+		case i > 0 && r.Seq <= s.Open[i-1].Seq:
+			return fmt.Errorf("%w: open runs out of seq order at %s", ErrInvalid, r.ID)
+		}
+		if r.State == record.StateActive {
+			active++
+			if i != 0 {
+				return fmt.Errorf("%w: active run %s is not at the head of thread %s", ErrInvalid, r.ID, s.Thread.ID)
+			}
+		}
+	}
+	if active > 1 {
+		return fmt.Errorf("%w: thread %s has %d active runs", ErrInvalid, s.Thread.ID, active)
+	}
+	return nil
+}
+
+func checkID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, MaxIDLen)
+	}
+	return nil
+}
+
+// activeRun returns the index of the thread's active run, or -1.
+func activeRun(s Snapshot) int {
+	return slices.IndexFunc(s.Open, func(r record.Run) bool { return r.State == record.StateActive })
+}
+
+// findOpen returns the index of run id among the open runs, or -1.
+func findOpen(s Snapshot, id string) int {
+	return slices.IndexFunc(s.Open, func(r record.Run) bool { return r.ID == id })
+}
+
+// next returns the thread header every write starts from.
+func next(s Snapshot) record.Thread {
+	t := s.Thread
+	t.Version++
+	t.NextRunSeq = max(t.NextRunSeq, 1)
+	t.NextMessageSeq = max(t.NextMessageSeq, 1)
+	t.OpenRunIDs = slices.Clone(t.OpenRunIDs)
+	return t
+}
+
+func cloneRun(r record.Run) record.Run {
+	r.InputMessageIDs = slices.Clone(r.InputMessageIDs)
+	return r
+}
+
+func admit(s Snapshot, m Admit) (Effects, error) {
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: admission for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	if len(m.Key) > MaxKeyLen {
+		return Effects{}, fmt.Errorf("%w: idempotency key longer than %d bytes", ErrInvalid, MaxKeyLen)
+	}
+	hash := ContentHash(m.Content)
+	if k := s.Idempotency; k != nil && m.Key != "" {
+		if k.ThreadID != m.ThreadID || k.Key != m.Key {
+			return Effects{}, fmt.Errorf("%w: snapshot holds key %q of thread %s", ErrInvalid, k.Key, k.ThreadID)
+		}
+		if k.ContentHash != hash {
+			return Effects{}, fmt.Errorf("%w: key %q on thread %s was used for other content", ErrKeyReused, m.Key, m.ThreadID)
+		}
+		return Effects{Admission: &Admission{
+			ThreadID: m.ThreadID, RunID: k.RunID, InputMessageID: k.InputMessageID, Duplicate: true,
+		}}, nil
+	}
+	if err := checkID("input message id", m.InputMessageID); err != nil {
+		return Effects{}, err
+	}
+
+	adm := &Admission{ThreadID: m.ThreadID, InputMessageID: m.InputMessageID}
+	act := activeRun(s)
+	busy := len(s.Open) > 0
+	var joinIdx = -1
+	if busy {
+		if m.Decision == nil {
+			return Effects{}, fmt.Errorf("%w: thread %s is busy", ErrDecisionRequired, m.ThreadID)
+		}
+		d := *m.Decision
+		if !d.Action.Valid() {
+			return Effects{}, fmt.Errorf("%w: unknown policy action %q", ErrInvalid, d.Action)
+		}
+		if d.Action == ActionReject {
+			return Effects{}, fmt.Errorf("%w: thread %s has a run in progress and the policy rejected the input", ErrBusy, m.ThreadID)
+		}
+		adm.Decision = &d
+		if act >= 0 {
+			adm.ActiveRunID = s.Open[act].ID
+			switch d.Action {
+			case ActionInterrupt:
+				adm.InterruptRunID = adm.ActiveRunID
+			case ActionInject:
+				adm.Offer = true
+			}
+		}
+		if d.CoalescePending {
+			if last := len(s.Open) - 1; s.Open[last].State == record.StateQueued {
+				joinIdx = last
+			}
+		}
+	}
+
+	t := next(s)
+	var run record.Run
+	if joinIdx >= 0 {
+		run = cloneRun(s.Open[joinIdx])
+		run.InputMessageIDs = append(run.InputMessageIDs, m.InputMessageID)
+		adm.Coalesced = true
+	} else {
+		if err := checkID("run id", m.RunID); err != nil {
+			return Effects{}, err
+		}
+		if err := checkID("assistant message id", m.AssistantMessageID); err != nil {
+			return Effects{}, err
+		}
+		run = record.Run{
+			ID:                 m.RunID,
+			ThreadID:           m.ThreadID,
+			Seq:                t.NextRunSeq,
+			State:              record.StateQueued,
+			InputMessageIDs:    []string{m.InputMessageID},
+			AssistantMessageID: m.AssistantMessageID,
+			Attempt:            1,
+			CreatedAt:          m.Now,
+		}
+		t.NextRunSeq++
+		t.OpenRunIDs = append(t.OpenRunIDs, run.ID)
+	}
+	adm.RunID = run.ID
+	msg := record.Message{
+		ID:        m.InputMessageID,
+		ThreadID:  m.ThreadID,
+		RunID:     run.ID,
+		Seq:       t.NextMessageSeq,
+		Role:      record.RoleUser,
+		Content:   m.Content,
+		Hint:      m.Hint,
+		Metadata:  m.Metadata,
+		CreatedAt: m.Now,
+	}
+	t.NextMessageSeq++
+	t.UpdatedAt = m.Now
+	eff := Effects{
+		Thread:           &t,
+		RunRecords:       []record.Run{run},
+		HistoryMutations: []HistoryMutation{{Op: HistoryAppend, Message: msg}},
+		Run:              &run,
+		Admission:        adm,
+	}
+	if m.Key != "" {
+		eff.Idempotency = []record.Idempotency{{
+			ThreadID: m.ThreadID, Key: m.Key, RunID: run.ID, InputMessageID: m.InputMessageID,
+			ContentHash: hash, CreatedAt: m.Now,
+		}}
+	}
+	return eff, nil
+}
+
+func start(s Snapshot, m Start) (Effects, error) {
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: start for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	if err := checkID("owner", m.Owner); err != nil {
+		return Effects{}, err
+	}
+	if i := activeRun(s); i >= 0 {
+		return Effects{}, fmt.Errorf("%w: run %s is active on thread %s", ErrThreadActive, s.Open[i].ID, m.ThreadID)
+	}
+	if len(s.Open) == 0 {
+		return Effects{}, fmt.Errorf("%w: thread %s", ErrNothingQueued, m.ThreadID)
+	}
+	run := cloneRun(s.Open[0]) // with no active run, every open run is queued; the first is the head
+	run.State = record.StateActive
+	run.Owner = m.Owner
+	run.StartedAt = m.Now
+	t := next(s)
+	t.UpdatedAt = m.Now
+	return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
+}
+
+func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
+	var state record.RunState
+	switch m.Reason {
+	case record.ReasonCompleted:
+		state = record.StateCompleted
+	case record.ReasonFailed:
+		state = record.StateFailed
+	case record.ReasonInterrupted:
+		state = record.StateInterrupted
+	default:
+		return Effects{}, fmt.Errorf("%w: a run cannot end with reason %q", ErrInvalid, m.Reason)
+	}
+	if len(m.Absorb) > 0 && m.Reason != record.ReasonCompleted {
+		return Effects{}, fmt.Errorf("%w: run %s ends %s and carries %d absorb entries", ErrAbsorbNotCompleted, m.RunID, m.Reason, len(m.Absorb))
+	}
+	if m.Reason != record.ReasonCompleted && (len(m.Steps) > 0 || m.Answer != "") {
+		return Effects{}, fmt.Errorf("%w: run %s ends %s and writes messages; only a completed run writes messages", ErrInvalid, m.RunID, m.Reason)
+	}
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: commit for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	i := findOpen(s, m.RunID)
+	if i < 0 {
+		return Effects{}, fmt.Errorf("%w: run %s is not open on thread %s", ErrNotActive, m.RunID, s.Thread.ID)
+	}
+	if s.Open[i].State != record.StateActive {
+		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotActive, m.RunID, s.Open[i].State)
+	}
+	if s.Open[i].Owner != m.Owner {
+		return Effects{}, fmt.Errorf("%w: run %s is owned by %q, not %q", ErrNotOwner, m.RunID, s.Open[i].Owner, m.Owner)
+	}
+	if err := checkSteps(m.Steps); err != nil {
+		return Effects{}, err
+	}
+
+	t := next(s)
+	run := cloneRun(s.Open[i])
+	run.State = state
+	run.TerminalReason = m.Reason
+	run.Error = m.Error
+	run.EndSeq = t.Version
+	run.EndedAt = m.Now
+	closed := map[string]bool{run.ID: true}
+
+	// Absorb entries: keep a contiguous prefix of the queue, each naming the
+	// next queued run with exactly its inputs; drop the rest.
+	var absorbed []record.Run
+	var dropped []DroppedAbsorb
+	queue := s.Open[1:] // the active run heads the open runs (checkSnapshot); the rest queue behind it
+	pos := 0
+	for _, e := range orderEntries(m.Absorb, queue) {
+		why := ""
+		switch {
+		case e.at < 0:
+			why = "run is not queued on this thread"
+		case e.at != pos:
+			why = "run is not next in the queue"
+		case !sameSet(e.entry.InputMessageIDs, queue[e.at].InputMessageIDs):
+			why = "run's inputs changed since they were taken"
+		}
+		if why != "" {
+			dropped = append(dropped, DroppedAbsorb{RunID: e.entry.RunID, Reason: why})
+			continue
+		}
+		pos++
+		a := cloneRun(queue[e.at])
+		a.State = record.StateSuperseded
+		a.TerminalReason = record.ReasonAbsorbed
+		a.AbsorbedIntoRunID = run.ID
+		a.EndSeq = t.Version
+		a.EndedAt = m.Now
+		run.InputMessageIDs = append(run.InputMessageIDs, a.InputMessageIDs...)
+		closed[a.ID] = true
+		absorbed = append(absorbed, a)
+	}
+
+	var hist []HistoryMutation
+	if m.Reason == record.ReasonCompleted {
+		for _, st := range m.Steps {
+			st = cloneMessage(st)
+			st.ThreadID, st.RunID, st.Seq, st.CreatedAt = run.ThreadID, run.ID, t.NextMessageSeq, m.Now
+			t.NextMessageSeq++
+			hist = append(hist, HistoryMutation{Op: HistoryAppend, Message: st})
+		}
+		hist = append(hist, HistoryMutation{Op: HistoryAppend, Message: record.Message{
+			ID: run.AssistantMessageID, ThreadID: run.ThreadID, RunID: run.ID, Seq: t.NextMessageSeq,
+			Role: record.RoleAssistant, Content: m.Answer, CreatedAt: m.Now,
+		}})
+		run.AnswerSeq = t.NextMessageSeq
+		t.NextMessageSeq++
+	}
+	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return closed[id] })
+	t.UpdatedAt = m.Now
+	return Effects{
+		Thread:           &t,
+		RunRecords:       append([]record.Run{run}, absorbed...),
+		HistoryMutations: hist,
+		Run:              &run,
+		Dropped:          dropped,
+	}, nil
+}
+
+type placedEntry struct {
+	entry AbsorbEntry
+	at    int // position in the queue, -1 when the run is not queued
+}
+
+// orderEntries places each entry in the queue and sorts them by position, so
+// that entries are judged in queue order whatever order they came in. A second
+// entry for the same run is treated as not queued.
+func orderEntries(entries []AbsorbEntry, queue []record.Run) []placedEntry {
+	out := make([]placedEntry, 0, len(entries))
+	seen := map[string]bool{}
+	for _, e := range entries {
+		at := -1
+		if !seen[e.RunID] {
+			at = slices.IndexFunc(queue, func(r record.Run) bool { return r.ID == e.RunID })
+		}
+		seen[e.RunID] = true
+		out = append(out, placedEntry{entry: e, at: at})
+	}
+	slices.SortStableFunc(out, func(a, b placedEntry) int {
+		// Entries not in the queue sort last; they are dropped either way.
+		ka, kb := a.at, b.at
+		if ka < 0 {
+			ka = len(queue)
+		}
+		if kb < 0 {
+			kb = len(queue)
+		}
+		return ka - kb
+	})
+	return out
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	as, bs := slices.Clone(a), slices.Clone(b)
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(as, bs) && len(slices.Compact(as)) == len(a)
+}
+
+func cloneMessage(m record.Message) record.Message {
+	m.ToolCalls = slices.Clone(m.ToolCalls)
+	return m
+}
+
+// checkSteps checks that a completed run's step messages form a valid
+// transcript: every tool call is answered by exactly one tool message, after
+// it, and every tool message answers a call.
+func checkSteps(steps []record.Message) error {
+	ids := map[string]bool{}
+	calls := map[string]bool{} // every tool call id seen
+	open := map[string]bool{}  // tool calls not yet answered
+	for _, st := range steps {
+		if err := checkID("step message id", st.ID); err != nil {
+			return err
+		}
+		if ids[st.ID] {
+			return fmt.Errorf("%w: step message %s appears twice", ErrInvalid, st.ID)
+		}
+		ids[st.ID] = true
+		switch st.Role {
+		case record.RoleAssistant:
+			for _, c := range st.ToolCalls {
+				if c.ID == "" || c.Name == "" {
+					return fmt.Errorf("%w: tool call in message %s lacks an id or a name", ErrInvalid, st.ID)
+				}
+				if calls[c.ID] {
+					return fmt.Errorf("%w: tool call %s appears twice", ErrInvalid, c.ID)
+				}
+				calls[c.ID] = true
+				open[c.ID] = true
+			}
+		case record.RoleTool:
+			if !open[st.ToolCallID] {
+				return fmt.Errorf("%w: tool message %s answers no pending call (%q)", ErrInvalid, st.ID, st.ToolCallID)
+			}
+			delete(open, st.ToolCallID)
+		default:
+			return fmt.Errorf("%w: step message %s has role %q", ErrInvalid, st.ID, st.Role)
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("%w: %d tool calls without a result", ErrInvalid, len(open))
+	}
+	return nil
+}
+
+func recoverRun(s Snapshot, m Recover) (Effects, error) {
+	if m.MaxAttempts <= 0 {
+		return Effects{}, fmt.Errorf("%w: max attempts %d must be positive", ErrInvalid, m.MaxAttempts)
+	}
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: recovery for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	i := findOpen(s, m.RunID)
+	if i < 0 {
+		return Effects{}, fmt.Errorf("%w: run %s is not open on thread %s", ErrRunTerminal, m.RunID, s.Thread.ID)
+	}
+	run := cloneRun(s.Open[i])
+	if run.State == record.StateQueued {
+		return Effects{Run: &run}, nil // queued runs need nothing
+	}
+	if run.Owner != m.DeadOwner {
+		return Effects{}, fmt.Errorf("%w: run %s is owned by %q, not the gone owner %q", ErrNotOwner, run.ID, run.Owner, m.DeadOwner)
+	}
+	t := next(s)
+	if run.Attempt >= m.MaxAttempts {
+		run.State = record.StateFailed
+		run.TerminalReason = record.ReasonFailed
+		run.Error = fmt.Sprintf("abandoned after %d attempts: its host stopped each time before it ended", run.Attempt)
+		run.EndSeq = t.Version
+		run.EndedAt = m.Now
+		t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })
+	} else {
+		run.State = record.StateQueued
+		run.Attempt++
+		run.Owner = ""
+		run.StartedAt = time.Time{}
+	}
+	t.UpdatedAt = m.Now
+	return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
+}
+
+func cancel(s Snapshot, m Cancel) (Effects, error) {
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: cancel for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	i := findOpen(s, m.RunID)
+	if i < 0 {
+		return Effects{}, fmt.Errorf("%w: run %s is terminal", ErrNotQueued, m.RunID)
+	}
+	run := cloneRun(s.Open[i])
+	if run.State != record.StateQueued {
+		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotQueued, m.RunID, run.State)
+	}
+	t := next(s)
+	run.State = record.StateInterrupted
+	run.TerminalReason = record.ReasonCanceled
+	run.EndSeq = t.Version
+	run.EndedAt = m.Now
+	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })
+	t.UpdatedAt = m.Now
+	return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
+}

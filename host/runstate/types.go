@@ -1,0 +1,206 @@
+package runstate
+
+import (
+	"time"
+
+	"github.com/agenthost/agenthost/abi/record"
+)
+
+// Snapshot is what a mutation reads: a thread's header, its open runs (in the
+// header's OpenRunIDs order), and for Admit the idempotency record of the
+// admission's key, if there is one.
+type Snapshot struct {
+	Thread      record.Thread
+	Open        []record.Run
+	Idempotency *record.Idempotency
+}
+
+// Action is an input policy's answer for an input that arrives while its
+// thread is busy.
+type Action string
+
+// The actions.
+const (
+	// ActionQueue: a new queued run waits behind the others.
+	ActionQueue Action = "queue"
+	// ActionInject: durably the same as queue; the host also offers the input
+	// to the active run, which may take it at a step boundary and absorb its
+	// run when it completes.
+	ActionInject Action = "inject"
+	// ActionInterrupt: queue, and ask the active run to stop.
+	ActionInterrupt Action = "interrupt"
+	// ActionReject: refuse the input with ErrBusy; nothing is written.
+	ActionReject Action = "reject"
+)
+
+// Actions lists every action, in a stable order.
+var Actions = []Action{ActionQueue, ActionInject, ActionInterrupt, ActionReject}
+
+// Valid reports whether a is a known action.
+func (a Action) Valid() bool {
+	switch a {
+	case ActionQueue, ActionInject, ActionInterrupt, ActionReject:
+		return true
+	}
+	return false
+}
+
+// Decision is an input policy's decision.
+type Decision struct {
+	Action Action
+	// CoalescePending makes the input join the last queued run instead of
+	// getting a run of its own (for queue, inject and interrupt). Without a
+	// queued run it has no effect.
+	CoalescePending bool
+}
+
+// Mutation is one of Admit, Start, CommitTerminal, Recover or Cancel.
+type Mutation interface{ mutation() }
+
+// Admit admits a submission.
+type Admit struct {
+	ThreadID string
+	// Key is the idempotency key; empty for none.
+	Key      string
+	Content  string
+	Hint     string
+	Metadata map[string]string
+	// Decision is the policy's decision. It is read only when the thread is
+	// busy; when it is needed and nil, Reduce returns ErrDecisionRequired.
+	Decision *Decision
+	// Ids for the records a new admission writes. RunID and
+	// AssistantMessageID go unused when the input joins an existing run.
+	RunID              string
+	InputMessageID     string
+	AssistantMessageID string
+	Now                time.Time
+}
+
+// Start makes the head of a thread's queue active.
+type Start struct {
+	ThreadID string
+	// Owner is the host epoch that will execute the run.
+	Owner string
+	Now   time.Time
+}
+
+// AbsorbEntry names a queued run whose inputs the committing run took at its
+// step boundaries, and exactly those inputs.
+type AbsorbEntry struct {
+	RunID           string
+	InputMessageIDs []string
+}
+
+// CommitTerminal ends an active run.
+type CommitTerminal struct {
+	ThreadID string
+	RunID    string
+	// Owner must be the run's owner.
+	Owner string
+	// Reason is completed, failed or interrupted.
+	Reason record.TerminalReason
+	// Answer is the content of the assistant message a completed run writes
+	// under its reserved AssistantMessageID.
+	Answer string
+	// Steps are the tool-call exchanges of a completed run (assistant
+	// messages with ToolCalls and the tool messages answering them), written
+	// before the answer. Ids are given; threads, runs and positions are set by
+	// the reducer. Runs that do not complete write no messages at all, so the
+	// next run's history never holds a tool call without its result.
+	Steps []record.Message
+	// Error is recorded on a failed run.
+	Error string
+	// Absorb lists the queued runs to absorb; only with Reason completed.
+	Absorb []AbsorbEntry
+	Now    time.Time
+}
+
+// Recover returns an active run whose owner is gone to the queue.
+type Recover struct {
+	ThreadID string
+	RunID    string
+	// DeadOwner is the owner the caller knows to be gone; a run owned by
+	// anyone else is left alone (ErrNotOwner).
+	DeadOwner string
+	// MaxAttempts bounds executions: a run that has had this many fails.
+	MaxAttempts int
+	Now         time.Time
+}
+
+// Cancel ends a queued run at an operator's request.
+type Cancel struct {
+	ThreadID string
+	RunID    string
+	Now      time.Time
+}
+
+func (Admit) mutation()          {}
+func (Start) mutation()          {}
+func (CommitTerminal) mutation() {}
+func (Recover) mutation()        {}
+func (Cancel) mutation()         {}
+
+// HistoryOp is the kind of a history mutation.
+type HistoryOp string
+
+// HistoryAppend appends a message to its thread's history.
+const HistoryAppend HistoryOp = "append"
+
+// HistoryMutation is one change to a thread's history.
+type HistoryMutation struct {
+	Op      HistoryOp
+	Message record.Message
+}
+
+// Effects is what a mutation writes, to be committed in one transaction
+// conditional on the snapshot's thread version, plus what it reports.
+type Effects struct {
+	// Thread is the thread's new header (Version = snapshot version + 1), or
+	// nil when the mutation writes nothing.
+	Thread           *record.Thread
+	RunRecords       []record.Run
+	HistoryMutations []HistoryMutation
+	Idempotency      []record.Idempotency
+
+	// Reported, not written.
+
+	// Run is the run the mutation is about, as it is after the mutation:
+	// the admitted (or joined) run, the started, ended, recovered or canceled
+	// run.
+	Run *record.Run
+	// Admission describes the outcome of an Admit.
+	Admission *Admission
+	// Dropped lists the absorb entries a CommitTerminal dropped.
+	Dropped []DroppedAbsorb
+}
+
+// Empty reports whether the effects write nothing.
+func (e Effects) Empty() bool { return e.Thread == nil }
+
+// Admission is the outcome of an Admit.
+type Admission struct {
+	ThreadID       string
+	RunID          string
+	InputMessageID string
+	// Duplicate: the key was seen before with the same content; this is the
+	// earlier admission and nothing was written.
+	Duplicate bool
+	// Decision is the policy decision applied, nil when the thread was idle or
+	// the admission is a duplicate.
+	Decision *Decision
+	// Coalesced: the input joined an existing queued run.
+	Coalesced bool
+	// InterruptRunID is the active run the host must ask to stop.
+	InterruptRunID string
+	// Offer: the input was admitted with inject; the host offers it to the
+	// active run (ActiveRunID), which may take it at a step boundary.
+	Offer bool
+	// ActiveRunID is the thread's active run at admission, if any.
+	ActiveRunID string
+}
+
+// DroppedAbsorb is an absorb entry that no longer held at commit time.
+type DroppedAbsorb struct {
+	RunID  string
+	Reason string
+}
