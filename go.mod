@@ -3,3 +3,8 @@ module github.com/agenthost/agenthost
 go 1.26
 
 require github.com/google/uuid v1.6.0
+
+require (
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+)

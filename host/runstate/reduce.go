@@ -44,6 +44,20 @@ func ContentHash(content string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// The three enumerations over run states that every part of the system uses.
+// Every state is in at least one of them: a state that is neither active,
+// nor recoverable, nor terminal would leave its inputs unanswerable.
+
+// IsActive reports whether a run in state st is being executed (listActive).
+func IsActive(st record.RunState) bool { return st == record.StateActive }
+
+// IsRecoverable reports whether a host must (re)execute a run in state st
+// after a restart (scanRecoverable): queued runs, and active runs whose owner
+// is gone.
+func IsRecoverable(st record.RunState, ownerGone bool) bool {
+	return st == record.StateQueued || (st == record.StateActive && ownerGone)
+}
+
 // IsTerminal reports whether a run in state st has ended.
 func IsTerminal(st record.RunState) bool {
 	switch st {
@@ -306,6 +320,8 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 	for _, e := range orderEntries(m.Absorb, queue) {
 		why := ""
 		switch {
+		case e.dup:
+			why = "run is named by an earlier entry"
 		case e.at < 0:
 			why = "run is not queued on this thread"
 		case e.at != pos:
@@ -357,22 +373,23 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 
 type placedEntry struct {
 	entry AbsorbEntry
-	at    int // position in the queue, -1 when the run is not queued
+	at    int  // position in the queue, -1 when the run is not queued
+	dup   bool // a second entry for a run already named
 }
 
 // orderEntries places each entry in the queue and sorts them by position, so
 // that entries are judged in queue order whatever order they came in. A second
-// entry for the same run is treated as not queued.
+// entry for the same run is placed nowhere, and dropped.
 func orderEntries(entries []AbsorbEntry, queue []record.Run) []placedEntry {
 	out := make([]placedEntry, 0, len(entries))
 	seen := map[string]bool{}
 	for _, e := range entries {
-		at := -1
-		if !seen[e.RunID] {
-			at = slices.IndexFunc(queue, func(r record.Run) bool { return r.ID == e.RunID })
+		p := placedEntry{entry: e, at: -1, dup: seen[e.RunID]}
+		if !p.dup {
+			p.at = slices.IndexFunc(queue, func(r record.Run) bool { return r.ID == e.RunID })
 		}
 		seen[e.RunID] = true
-		out = append(out, placedEntry{entry: e, at: at})
+		out = append(out, p)
 	}
 	slices.SortStableFunc(out, func(a, b placedEntry) int {
 		// Entries not in the queue sort last; they are dropped either way.
