@@ -7,4 +7,5 @@ require github.com/google/uuid v1.6.0
 require (
 	github.com/cockroachdb/datadriven v1.0.3 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,0 +1,310 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// model is what the property test remembers of what it was told.
+type model struct {
+	s       *store.Store
+	d       *memdriver.Driver
+	epoch   int
+	threads []string
+	// accepted: every admission the store acknowledged, by thread/key (or by
+	// input id for submissions without a key).
+	accepted map[string]acceptedInput
+}
+
+type acceptedInput struct {
+	sub store.Submission
+	adm store.Admission
+}
+
+func (m *model) owner() string { return fmt.Sprintf("epoch-%d", m.epoch) }
+
+// TestStoreProperties drives random sequences of mutations through the store
+// layer over the in-memory driver and checks invariants I1, I2, I3, I4 and
+// I6 after every step.
+func TestStoreProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ctx := context.Background()
+		d := memdriver.New()
+		m := &model{
+			d: d, s: store.New(d, store.Options{MaxAttempts: 3}), epoch: 1,
+			threads: []string{"T1", "T2", "T3"}, accepted: map[string]acceptedInput{},
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"submit": func(t *rapid.T) { m.submit(ctx, t) },
+			"start": func(t *rapid.T) {
+				th := rapid.SampledFrom(m.threads).Draw(t, "thread")
+				_, err := m.s.Start(ctx, th, m.owner())
+				if err != nil && !errors.Is(err, runstate.ErrThreadActive) && !errors.Is(err, runstate.ErrNothingQueued) {
+					t.Fatalf("start %s: %v", th, err)
+				}
+			},
+			"end":    func(t *rapid.T) { m.end(ctx, t) },
+			"cancel": func(t *rapid.T) { m.cancel(ctx, t) },
+			"crash":  func(t *rapid.T) { m.crash(ctx, t) },
+			"":       func(t *rapid.T) { m.check(ctx, t) },
+		})
+	})
+}
+
+func (m *model) submit(ctx context.Context, t *rapid.T) {
+	th := rapid.SampledFrom(m.threads).Draw(t, "thread")
+	key := rapid.SampledFrom([]string{"", "k1", "k2", "k3", "k4"}).Draw(t, "key")
+	content := rapid.SampledFrom([]string{"summarise", "actually, bullets", "also this", "stop"}).Draw(t, "content")
+	act := rapid.SampledFrom([]runstate.Action{runstate.ActionInject, runstate.ActionQueue, runstate.ActionInterrupt, runstate.ActionInject, runstate.ActionReject}).Draw(t, "action")
+	coalesce := rapid.SampledFrom([]bool{false, true}).Draw(t, "coalesce")
+	sub := store.Submission{ThreadID: th, Key: key, Content: content}
+	adm, err := m.s.Admit(ctx, sub, decideAlways(act, coalesce))
+	prev, seen := m.accepted[th+"/"+key]
+	seen = seen && key != ""
+	switch {
+	case seen && prev.sub.Content != content:
+		if !errors.Is(err, runstate.ErrKeyReused) {
+			t.Fatalf("key %s reused with other content: %v", key, err)
+		}
+	case seen:
+		if err != nil || !adm.Duplicate || adm.RunID != prev.adm.RunID || adm.InputMessageID != prev.adm.InputMessageID {
+			t.Fatalf("I4: retry of %s = %+v, %v; first admission %+v", key, adm, err, prev.adm)
+		}
+	case errors.Is(err, runstate.ErrBusy):
+		if act != runstate.ActionReject {
+			t.Fatalf("busy without a reject decision (%s)", act)
+		}
+	case err != nil:
+		// I8: inject with coalescePending (or anything else) never refuses a
+		// legitimate submission.
+		t.Fatalf("admit %+v with %s coalesce=%v: %v", sub, act, coalesce, err)
+	default:
+		id := key
+		if key == "" {
+			id = adm.InputMessageID
+		}
+		m.accepted[th+"/"+id] = acceptedInput{sub: sub, adm: adm}
+	}
+}
+
+// end ends the active run of a thread, if this epoch owns one.
+func (m *model) end(ctx context.Context, t *rapid.T) {
+	th := rapid.SampledFrom(m.threads).Draw(t, "thread")
+	snap, err := m.d.LoadThread(ctx, th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != m.owner() {
+		return
+	}
+	run := snap.Runs[0]
+	reason := rapid.SampledFrom([]record.TerminalReason{record.ReasonCompleted, record.ReasonFailed, record.ReasonCompleted, record.ReasonInterrupted}).Draw(t, "reason")
+	// Absorb entries as an executor would send them: the queued runs it took,
+	// sometimes stale (an input missing), sometimes out of order.
+	var absorb []runstate.AbsorbEntry
+	for _, q := range snap.Runs[1:] {
+		if !rapid.SampledFrom([]bool{true, true, false}).Draw(t, "take") {
+			continue
+		}
+		ids := slices.Clone(q.InputMessageIDs)
+		if len(ids) > 1 && rapid.SampledFrom([]bool{false, true}).Draw(t, "stale") {
+			ids = ids[:len(ids)-1]
+		}
+		absorb = append(absorb, runstate.AbsorbEntry{RunID: q.ID, InputMessageIDs: ids})
+	}
+	if len(absorb) > 1 && rapid.Bool().Draw(t, "shuffle") {
+		absorb[0], absorb[len(absorb)-1] = absorb[len(absorb)-1], absorb[0]
+	}
+	c := runstate.CommitTerminal{ThreadID: th, RunID: run.ID, Owner: m.owner(), Reason: reason, Absorb: absorb}
+	if reason == record.ReasonCompleted {
+		c.Answer = "answer of " + run.ID
+	} else {
+		c.Error = "stopped"
+	}
+	before := snap.Thread.Version
+	done, dropped, err := m.s.CommitTerminal(ctx, c)
+	if reason != record.ReasonCompleted && len(absorb) > 0 {
+		// I3: a run that does not complete never absorbs; nothing is written.
+		if !errors.Is(err, runstate.ErrAbsorbNotCompleted) {
+			t.Fatalf("I3: %s commit with absorb: %v", reason, err)
+		}
+		after, _ := m.d.LoadThread(ctx, th)
+		if after.Thread.Version != before {
+			t.Fatal("I3: a refused absorbing commit wrote something")
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("commit %+v: %v", c, err)
+	}
+	kept := len(absorb) - len(dropped)
+	if got := len(done.InputMessageIDs) - len(run.InputMessageIDs); (kept == 0) != (got == 0) {
+		t.Fatalf("kept %d entries, absorbed %d inputs", kept, got)
+	}
+}
+
+func (m *model) cancel(ctx context.Context, t *rapid.T) {
+	var queued []record.Run
+	for r, err := range m.s.Runs(ctx, record.StateQueued) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, r)
+	}
+	if len(queued) == 0 {
+		return
+	}
+	r := rapid.SampledFrom(queued).Draw(t, "run")
+	if _, err := m.s.Cancel(ctx, r.ID); err != nil {
+		t.Fatalf("cancel queued %s: %v", r.ID, err)
+	}
+}
+
+// crash loses the host: a new epoch recovers every run the old one held.
+func (m *model) crash(ctx context.Context, t *rapid.T) {
+	dead := m.owner()
+	m.epoch++
+	var todo []record.Run
+	for r, err := range m.s.ScanRecoverable(ctx, func(o string) bool { return o == m.owner() }) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		todo = append(todo, r)
+	}
+	for _, r := range todo {
+		if r.State != record.StateActive {
+			continue
+		}
+		if r.Owner != dead {
+			t.Fatalf("active run %s owned by %s, which died before %s", r.ID, r.Owner, dead)
+		}
+		if _, err := m.s.Recover(ctx, r, dead); err != nil {
+			t.Fatalf("recover %s: %v", r.ID, err)
+		}
+	}
+}
+
+func (m *model) check(ctx context.Context, t *rapid.T) {
+	runs := map[string]record.Run{}
+	for _, st := range record.RunStates {
+		for r, err := range m.s.Runs(ctx, st) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.State != st {
+				t.Fatalf("ListRuns(%s) returned a %s run", st, r.State)
+			}
+			runs[r.ID] = r
+		}
+	}
+	answers := map[string]bool{}
+	for _, th := range m.threads {
+		msgs, err := m.s.Messages(ctx, th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, msg := range msgs {
+			answers[msg.ID] = true
+		}
+		// I6: at most one active run per thread; started runs end in seq order.
+		trs, err := m.s.ThreadRuns(ctx, th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		active := 0
+		var ended []record.Run
+		for _, r := range trs {
+			if r.State == record.StateActive {
+				active++
+			}
+			if runstate.IsTerminal(r.State) && r.TerminalReason != record.ReasonAbsorbed && r.TerminalReason != record.ReasonCanceled {
+				ended = append(ended, r)
+			}
+		}
+		if active > 1 {
+			t.Fatalf("I6: thread %s has %d active runs", th, active)
+		}
+		for i := 1; i < len(ended); i++ {
+			if ended[i].EndSeq < ended[i-1].EndSeq {
+				t.Fatalf("I6: on %s run %s (seq %d) ended before %s (seq %d)", th, ended[i].ID, ended[i].Seq, ended[i-1].ID, ended[i-1].Seq)
+			}
+		}
+	}
+	for _, r := range runs {
+		switch {
+		case r.State == record.StateSuperseded:
+			// I2 and I3: absorbed into a completed run holding all its inputs,
+			// in the same commit, with no assistant message of its own.
+			into, ok := runs[r.AbsorbedIntoRunID]
+			if r.TerminalReason != record.ReasonAbsorbed || !ok || into.State != record.StateCompleted {
+				t.Fatalf("I2: superseded run %+v absorbed into %+v", r, into)
+			}
+			for _, in := range r.InputMessageIDs {
+				if !slices.Contains(into.InputMessageIDs, in) {
+					t.Fatalf("I2: %s's input %s is not among %s's inputs", r.ID, in, into.ID)
+				}
+			}
+			if answers[r.AssistantMessageID] || r.AnswerSeq != 0 || into.EndSeq != r.EndSeq {
+				t.Fatalf("I2: absorbed run %s has an answer, or ended apart from %s", r.ID, into.ID)
+			}
+		case r.State == record.StateCompleted:
+			if !answers[r.AssistantMessageID] {
+				t.Fatalf("completed run %s has no answer", r.ID)
+			}
+		case runstate.IsTerminal(r.State):
+			if r.TerminalReason == "" || answers[r.AssistantMessageID] {
+				t.Fatalf("run %s ended %s without a reason, or with an answer", r.ID, r.State)
+			}
+		}
+	}
+	for id, acc := range m.accepted {
+		// I1: the input is held by its run, which answered it, or is
+		// durably queued or recoverable, or ended with a reason.
+		r, ok := runs[acc.adm.RunID]
+		if !ok || !slices.Contains(r.InputMessageIDs, acc.adm.InputMessageID) {
+			t.Fatalf("I1: input %s lost (run %+v)", id, r)
+		}
+		if runstate.IsTerminal(r.State) && r.TerminalReason == "" {
+			t.Fatalf("I1: input %s: run %s is terminal without a reason", id, r.ID)
+		}
+		if !runstate.IsTerminal(r.State) {
+			ts, err := m.d.LoadThread(ctx, r.ThreadID)
+			if err != nil || !slices.Contains(ts.Thread.OpenRunIDs, r.ID) {
+				t.Fatalf("I1: open run %s is not open on its thread: %v", r.ID, err)
+			}
+		}
+		// I4: a retry returns the same admission, and after absorption the
+		// absorbing run's answer; nothing is written.
+		if acc.sub.Key == "" {
+			continue
+		}
+		before, _ := m.d.LoadThread(ctx, acc.sub.ThreadID)
+		again, err := m.s.Admit(ctx, acc.sub, nil)
+		if err != nil || !again.Duplicate || again.RunID != acc.adm.RunID || again.InputMessageID != acc.adm.InputMessageID {
+			t.Fatalf("I4: retry of %s = %+v, %v", id, again, err)
+		}
+		if r.TerminalReason == record.ReasonAbsorbed && again.AnsweredByRunID != r.AbsorbedIntoRunID {
+			t.Fatalf("I4: retry of absorbed %s answered by %q, want %s", id, again.AnsweredByRunID, r.AbsorbedIntoRunID)
+		}
+		if r.TerminalReason == record.ReasonAbsorbed {
+			res, err := m.s.Result(ctx, r.ID)
+			if err != nil || res.Answer == nil || res.Answer.ID != runs[r.AbsorbedIntoRunID].AssistantMessageID {
+				t.Fatalf("I4: result of absorbed %s = %+v, %v", r.ID, res, err)
+			}
+		}
+		after, _ := m.d.LoadThread(ctx, acc.sub.ThreadID)
+		if after.Thread.Version != before.Thread.Version {
+			t.Fatal("I4: a retry wrote something")
+		}
+	}
+}
