@@ -231,8 +231,7 @@ func TestConcurrentAdmissions(t *testing.T) {
 // flaky wraps a driver and loses the reply of the next commit.
 type flaky struct {
 	driver.Driver
-	lose  atomic.Int32 // 1: apply, then report unavailable; 2: fail without applying
-	reads atomic.Int32
+	lose atomic.Int32 // 1: apply, then report unavailable; 2: fail without applying
 }
 
 func (f *flaky) Commit(ctx context.Context, b driver.Batch) (int64, error) {
