@@ -322,6 +322,11 @@ func Batch(expected int64, eff runstate.Effects, commitID string) driver.Batch {
 	return b
 }
 
+// Thread returns a thread's header and open runs.
+func (s *Store) Thread(ctx context.Context, threadID string) (driver.ThreadSnapshot, error) {
+	return s.d.LoadThread(ctx, threadID)
+}
+
 // GetRun returns a run.
 func (s *Store) GetRun(ctx context.Context, id string) (record.Run, error) {
 	runs, err := s.d.GetRuns(ctx, []string{id})

@@ -1,0 +1,143 @@
+package host
+
+import (
+	"errors"
+	"time"
+
+	"github.com/agenthost/agenthost/host/runstate"
+)
+
+// kick schedules a thread: a worker will start the head of its queue unless
+// the thread is already executing or waiting.
+func (rt *Runtime) kick(thread string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed || rt.queued[thread] || rt.running[thread] != nil {
+		return
+	}
+	rt.queued[thread] = true
+	rt.queue = append(rt.queue, thread)
+	rt.cond.Signal()
+}
+
+// next blocks until a thread waits for a worker, and reserves it; false once
+// the runtime closes.
+func (rt *Runtime) next() (string, *runExec, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for len(rt.queue) == 0 && !rt.closed {
+		rt.cond.Wait()
+	}
+	if rt.closed {
+		return "", nil, false
+	}
+	thread := rt.queue[0]
+	rt.queue[0] = ""
+	rt.queue = rt.queue[1:]
+	delete(rt.queued, thread)
+	ex := &runExec{}
+	rt.running[thread] = ex // reserved: no other worker takes the thread
+	return thread, ex, true
+}
+
+func (rt *Runtime) worker() {
+	defer rt.workers.Done()
+	for {
+		thread, ex, ok := rt.next()
+		if !ok {
+			return
+		}
+		again := rt.startAndExecute(thread, ex)
+		rt.mu.Lock()
+		delete(rt.running, thread)
+		rt.mu.Unlock()
+		if again {
+			rt.kick(thread)
+		}
+	}
+}
+
+// startAndExecute starts the head of the thread's queue and executes it. It
+// reports whether the thread should be scheduled again.
+func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
+	ctx := rt.baseCtx
+	run, err := rt.st.Start(ctx, thread, rt.epoch)
+	switch {
+	case errors.Is(err, runstate.ErrNothingQueued):
+		return false
+	case errors.Is(err, runstate.ErrThreadActive):
+		// Another owner's run is active; recovery (at the next start, or by
+		// the host that owns it) moves the thread on.
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			rt.log.Error("starting a run failed; retrying the thread shortly", "thread", thread, "err", err)
+			time.AfterFunc(time.Second, func() { rt.kick(thread) })
+		}
+		return false
+	}
+	if rt.reg != nil {
+		rt.reg.forget(thread, run.ID) // it answers its own inputs now
+	}
+	rt.emit(run.ID, thread, EventStarted, map[string]string{"attempt": itoa(run.Attempt)})
+	rt.mu.Lock()
+	ex.init(rt.baseCtx, run)
+	rt.mu.Unlock()
+	rt.execute(ex)
+	return true
+}
+
+// interrupt asks the thread's executing run, if it is runID, to stop.
+func (rt *Runtime) interrupt(thread, runID string) {
+	rt.mu.Lock()
+	ex := rt.running[thread]
+	rt.mu.Unlock()
+	if ex != nil {
+		ex.interrupt(runID)
+	}
+}
+
+// waitFor returns a channel closed when one of the runs settles in this
+// process (or on the next poll, for changes made elsewhere).
+func (rt *Runtime) waitFor(runIDs ...string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	rt.mu.Lock()
+	for _, id := range runIDs {
+		rt.waiters[id] = append(rt.waiters[id], ch)
+	}
+	rt.mu.Unlock()
+	return ch, func() {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		for _, id := range runIDs {
+			ws := rt.waiters[id]
+			for i, w := range ws {
+				if w == ch {
+					ws = append(ws[:i], ws[i+1:]...)
+					break
+				}
+			}
+			if len(ws) == 0 {
+				delete(rt.waiters, id)
+			} else {
+				rt.waiters[id] = ws
+			}
+		}
+	}
+}
+
+// settled wakes the waiters of the runs.
+func (rt *Runtime) settled(runIDs ...string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, id := range runIDs {
+		for _, ch := range rt.waiters[id] {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		delete(rt.waiters, id)
+	}
+}

@@ -1,0 +1,90 @@
+package host
+
+import (
+	"sync"
+	"time"
+)
+
+// EventType names what happened to a run.
+type EventType string
+
+// The event types, in the order a run emits them.
+const (
+	EventAdmitted     EventType = "admitted"      // the input was accepted (Data: decision, input_message_id)
+	EventStarted      EventType = "started"       // the run became active (Data: attempt)
+	EventStepStarted  EventType = "step_started"  // a model step began (Data: step)
+	EventInputTaken   EventType = "input_taken"   // the run took an input by injection (Data: input_message_id, from_run_id)
+	EventToolCall     EventType = "tool_call"     // the model called a tool (Data: tool, call_id)
+	EventStepFinished EventType = "step_finished" // a model step ended (Data: step)
+	EventTerminal     EventType = "terminal"      // the run ended (Data: state, reason, error)
+	EventAbsorbed     EventType = "absorbed"      // the run was absorbed (Data: into_run_id)
+)
+
+// Event is one thing that happened to a run. Seq orders a run's events from 1.
+// Events are kept in memory by the process that saw them; the run's durable
+// record is the authority on its state.
+type Event struct {
+	Seq      int64
+	RunID    string
+	ThreadID string
+	Type     EventType
+	Time     time.Time
+	Data     map[string]string
+}
+
+// eventLog keeps the events of recent runs and wakes subscribers.
+type eventLog struct {
+	mu      sync.Mutex
+	runs    map[string]*runEvents
+	settled []string // runs whose terminal event was recorded, oldest first
+	keep    int      // settled runs to keep events of
+}
+
+type runEvents struct {
+	events  []Event
+	changed chan struct{} // closed and replaced on every new event
+}
+
+func newEventLog(keep int) *eventLog {
+	return &eventLog{runs: map[string]*runEvents{}, keep: keep}
+}
+
+func (l *eventLog) get(runID string) *runEvents {
+	re := l.runs[runID]
+	if re == nil {
+		re = &runEvents{changed: make(chan struct{})}
+		l.runs[runID] = re
+	}
+	return re
+}
+
+func (l *eventLog) emit(now time.Time, runID, threadID string, typ EventType, data map[string]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	re := l.get(runID)
+	re.events = append(re.events, Event{Seq: int64(len(re.events)) + 1, RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
+	close(re.changed)
+	re.changed = make(chan struct{})
+	if typ == EventTerminal || typ == EventAbsorbed {
+		l.settled = append(l.settled, runID)
+		for len(l.settled) > l.keep {
+			delete(l.runs, l.settled[0])
+			l.settled = l.settled[1:]
+		}
+	}
+}
+
+// since returns the run's events after seq and a channel closed when more
+// arrive.
+func (l *eventLog) since(runID string, seq int64) ([]Event, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	re := l.get(runID)
+	if seq < 0 {
+		seq = 0
+	}
+	if seq >= int64(len(re.events)) {
+		return nil, re.changed
+	}
+	return append([]Event(nil), re.events[seq:]...), re.changed
+}

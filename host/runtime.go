@@ -1,0 +1,454 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/policy"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
+)
+
+// ErrClosed is returned by Submit once Close has begun.
+var ErrClosed = errors.New("runtime closed")
+
+// Config configures a Runtime.
+type Config struct {
+	// Driver is the store driver. Required. The runtime does not close it.
+	Driver driver.Driver
+	// Policy decides inputs that arrive at busy threads. Default: queue.
+	Policy policy.Policy
+	// PrepareStep hooks rewrite each step's settings, in order, before the
+	// host's own injection hook.
+	PrepareStep []model.PrepareStep
+	// Model runs the steps. Required.
+	Model model.Model
+	// Tools the model may call.
+	Tools []model.Tool
+	// System is the system prompt of every step (hooks may rewrite it).
+	System string
+	// MaxSteps bounds a run's model steps. Default 16.
+	MaxSteps int
+	// MaxConcurrentRuns bounds the runs executing at once. Default 64.
+	MaxConcurrentRuns int
+	// MaxAttempts bounds a run's executions across recoveries. Default 3.
+	MaxAttempts int
+	// LiveOwner reports whether a host epoch other than this runtime's own is
+	// still executing its runs. Default: none is (a single host per store).
+	LiveOwner func(owner string) bool
+	// Logger receives the runtime's log. Default: slog.Default().
+	Logger *slog.Logger
+	// EventRuns is how many settled runs' events are kept. Default 10000.
+	EventRuns int
+	// NewID and Now replace id generation and the clock (for tests).
+	NewID func(prefix string) string
+	Now   func() time.Time
+}
+
+// Runtime is a running agenthost: coordinator, executors and store layer.
+type Runtime struct {
+	cfg    Config
+	st     *store.Store
+	epoch  string
+	reg    *registry // nil when the policy can never inject
+	log    *slog.Logger
+	events *eventLog
+	stats  counters
+
+	baseCtx    context.Context // canceled when Close gives up waiting
+	abandonAll context.CancelFunc
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	closed   bool
+	queue    []string            // threads waiting for a worker, FIFO
+	queued   map[string]bool     // threads in queue
+	running  map[string]*runExec // thread → its executing run
+	waiters  map[string][]chan struct{}
+	workers  sync.WaitGroup
+}
+
+// New starts a runtime: it takes a new host epoch, recovers every run that a
+// previous process left active or queued, and starts executing.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Driver == nil {
+		return nil, errors.New("host: Config.Driver is required")
+	}
+	if cfg.Model == nil {
+		return nil, errors.New("host: Config.Model is required")
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.Static{Name: "queue", Decision: runstate.Decision{Action: runstate.ActionQueue}}
+	}
+	m := cfg.Policy.Manifest()
+	if len(m.Actions) == 0 {
+		return nil, fmt.Errorf("host: policy %q declares no actions", m.Name)
+	}
+	for _, a := range m.Actions {
+		if !a.Valid() {
+			return nil, fmt.Errorf("host: policy %q declares unknown action %q", m.Name, a)
+		}
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 16
+	}
+	if cfg.MaxConcurrentRuns <= 0 {
+		cfg.MaxConcurrentRuns = 64
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.LiveOwner == nil {
+		cfg.LiveOwner = func(string) bool { return false }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.EventRuns <= 0 {
+		cfg.EventRuns = 10000
+	}
+	if cfg.NewID == nil {
+		cfg.NewID = store.NewID
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	rt := &Runtime{
+		cfg:     cfg,
+		st:      store.New(cfg.Driver, store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts}),
+		epoch:   cfg.NewID("epoch"),
+		log:     cfg.Logger,
+		events:  newEventLog(cfg.EventRuns),
+		queued:  map[string]bool{},
+		running: map[string]*runExec{},
+		waiters: map[string][]chan struct{}{},
+	}
+	rt.cond = sync.NewCond(&rt.mu)
+	if m.CanReturn(runstate.ActionInject) {
+		rt.reg = newRegistry()
+	}
+	rt.baseCtx, rt.abandonAll = context.WithCancel(context.Background())
+	if err := rt.recover(ctx); err != nil {
+		rt.abandonAll()
+		return nil, err
+	}
+	for range cfg.MaxConcurrentRuns {
+		rt.workers.Add(1)
+		go rt.worker()
+	}
+	return rt, nil
+}
+
+// Epoch is this runtime's host epoch: the owner of the runs it executes.
+func (rt *Runtime) Epoch() string { return rt.epoch }
+
+// Store returns the runtime's store layer.
+func (rt *Runtime) Store() *store.Store { return rt.st }
+
+// recover queues again every active run whose owner is gone and schedules
+// every thread with work.
+func (rt *Runtime) recover(ctx context.Context) error {
+	live := func(o string) bool { return o == rt.epoch || rt.cfg.LiveOwner(o) }
+	threads := map[string]bool{}
+	var todo []record.Run
+	for r, err := range rt.st.ScanRecoverable(ctx, live) {
+		if err != nil {
+			return fmt.Errorf("host: scanning recoverable runs: %w", err)
+		}
+		if r.State == record.StateActive {
+			todo = append(todo, r)
+		}
+		if !threads[r.ThreadID] {
+			threads[r.ThreadID] = true
+			rt.queue = append(rt.queue, r.ThreadID)
+			rt.queued[r.ThreadID] = true
+		}
+	}
+	for _, r := range todo {
+		rec, err := rt.st.Recover(ctx, r, r.Owner)
+		switch {
+		case errors.Is(err, runstate.ErrNotOwner), errors.Is(err, runstate.ErrRunTerminal):
+			continue // it moved on since the scan
+		case err != nil:
+			return fmt.Errorf("host: recovering run %s: %w", r.ID, err)
+		}
+		rt.stats.recovered.Add(1)
+		rt.log.Info("recovered run", "run", r.ID, "thread", r.ThreadID, "previous_owner", r.Owner, "state", rec.State, "attempt", rec.Attempt)
+		if runstate.IsTerminal(rec.State) {
+			rt.emit(rec.ID, rec.ThreadID, EventTerminal, map[string]string{"state": string(rec.State), "reason": string(rec.TerminalReason), "error": rec.Error})
+		}
+	}
+	return nil
+}
+
+// SubmitOptions are the optional parts of a submission.
+type SubmitOptions struct {
+	// IdempotencyKey makes retries safe: the same key on the same thread
+	// returns the same admission.
+	IdempotencyKey string
+	// Hint is passed to the input policy, e.g. "refine" or "redirect".
+	Hint     string
+	Metadata map[string]string
+}
+
+// Submit admits an input to a thread. It returns once the input is durable.
+// A busy thread's input policy may reject it (runstate.ErrBusy); a reused
+// key with other content is runstate.ErrKeyReused.
+func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts SubmitOptions) (*Ticket, error) {
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	sub := store.Submission{ThreadID: threadID, Key: opts.IdempotencyKey, Content: input, Hint: opts.Hint, Metadata: opts.Metadata}
+	adm, err := rt.st.Admit(ctx, sub, rt.decide)
+	if err != nil {
+		if errors.Is(err, runstate.ErrBusy) {
+			rt.stats.admissions.add(string(runstate.ActionReject))
+		}
+		return nil, err
+	}
+	t := &Ticket{rt: rt, RunID: adm.RunID, ThreadID: threadID, InputMessageID: adm.InputMessageID, Duplicate: adm.Duplicate}
+	if adm.Duplicate {
+		return t, nil
+	}
+	decision := "start"
+	if adm.Decision != nil {
+		decision = string(adm.Decision.Action)
+	}
+	rt.stats.admissions.add(decision)
+	rt.emit(adm.RunID, threadID, EventAdmitted, map[string]string{"decision": decision, "input_message_id": adm.InputMessageID})
+	if adm.Offer && rt.reg != nil {
+		rt.reg.offer(threadID, adm.RunID, adm.ActiveRunID, record.Message{
+			ID: adm.InputMessageID, ThreadID: threadID, RunID: adm.RunID, Role: record.RoleUser,
+			Content: input, Hint: opts.Hint, Metadata: opts.Metadata,
+		})
+	}
+	if adm.InterruptRunID != "" {
+		rt.interrupt(threadID, adm.InterruptRunID)
+	}
+	rt.kick(threadID)
+	return t, nil
+}
+
+// decide asks the input policy about a busy thread. A policy that fails, or
+// returns an action its manifest does not declare, falls back to queue.
+func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Decision, error) {
+	req := policy.Request{ThreadID: v.Thread.ID, Input: policy.Input{Content: v.Input.Content, Hint: v.Input.Hint, Metadata: v.Input.Metadata}}
+	var contents map[string]string
+	if len(v.Queued) > 0 || v.Active != nil {
+		msgs, err := rt.st.Messages(ctx, v.Thread.ID)
+		if err != nil {
+			return runstate.Decision{}, err
+		}
+		contents = make(map[string]string, len(msgs))
+		for _, m := range msgs {
+			contents[m.ID] = m.Content
+		}
+	}
+	info := func(r record.Run) policy.RunInfo {
+		ri := policy.RunInfo{RunID: r.ID, Seq: r.Seq}
+		for _, id := range r.InputMessageIDs {
+			ri.Inputs = append(ri.Inputs, contents[id])
+		}
+		return ri
+	}
+	if v.Active != nil {
+		ri := info(*v.Active)
+		rt.mu.Lock()
+		if ex := rt.running[v.Thread.ID]; ex != nil && ex.run.ID == v.Active.ID {
+			ri.Steps = int(ex.steps.Load())
+		}
+		rt.mu.Unlock()
+		req.Active = &ri
+	}
+	for _, q := range v.Queued {
+		req.Queued = append(req.Queued, info(q))
+	}
+	m := rt.cfg.Policy.Manifest()
+	d, err := rt.cfg.Policy.Decide(ctx, req)
+	if err == nil {
+		err = policy.Check(m, d)
+	}
+	if err != nil {
+		rt.stats.policyFallbacks.Add(1)
+		rt.log.Warn("input policy failed; queueing the input", "policy", m.Name, "thread", v.Thread.ID, "err", err)
+		return runstate.Decision{Action: runstate.ActionQueue}, nil
+	}
+	return d, nil
+}
+
+// Cancel ends a queued run at an operator's request.
+func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error) {
+	r, err := rt.st.Cancel(ctx, runID)
+	if err != nil {
+		return record.Run{}, err
+	}
+	if rt.reg != nil {
+		rt.reg.forget(r.ThreadID, r.ID)
+	}
+	rt.stats.terminal.add(string(r.TerminalReason))
+	rt.emit(r.ID, r.ThreadID, EventTerminal, map[string]string{"state": string(r.State), "reason": string(r.TerminalReason)})
+	rt.settled(r.ID)
+	return r, nil
+}
+
+// Run returns a run's durable record.
+func (rt *Runtime) Run(ctx context.Context, runID string) (record.Run, error) {
+	return rt.st.GetRun(ctx, runID)
+}
+
+// ThreadRuns returns a thread's runs in seq order.
+func (rt *Runtime) ThreadRuns(ctx context.Context, threadID string) ([]record.Run, error) {
+	return rt.st.ThreadRuns(ctx, threadID)
+}
+
+// History returns a thread's settled conversation.
+func (rt *Runtime) History(ctx context.Context, threadID string) ([]record.Message, error) {
+	return rt.st.History(ctx, threadID)
+}
+
+// Events returns a run's events after seq, and a channel closed when more
+// arrive. Events are kept by this process only.
+func (rt *Runtime) Events(runID string, afterSeq int64) ([]Event, <-chan struct{}) {
+	return rt.events.since(runID, afterSeq)
+}
+
+func (rt *Runtime) emit(runID, threadID string, typ EventType, data map[string]string) {
+	rt.events.emit(rt.cfg.Now(), runID, threadID, typ, data)
+}
+
+// CloseReport says what Close left behind.
+type CloseReport struct {
+	// Settled: no run was left active or queued; nothing waits for recovery.
+	Settled bool
+	// Abandoned are the runs that were executing when the deadline passed.
+	// They stay active in the store and the next start recovers them.
+	Abandoned []string
+	// Queued are the runs still queued: the next start executes them.
+	Queued []string
+}
+
+// Close stops admitting inputs, lets the runs in flight finish until ctx is
+// done, then abandons the rest, leaving them durable for the next start.
+// It never commits anything on behalf of an abandoned run, so in particular
+// never an absorption. Close does not close the driver.
+func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
+	rt.mu.Lock()
+	rt.closed = true
+	rt.cond.Broadcast()
+	rt.mu.Unlock()
+	done := make(chan struct{})
+	go func() { rt.workers.Wait(); close(done) }()
+	var abandoned []string
+	select {
+	case <-done:
+	case <-ctx.Done():
+		rt.mu.Lock()
+		for _, ex := range rt.running {
+			if ex.run.ID != "" {
+				abandoned = append(abandoned, ex.run.ID)
+			}
+		}
+		rt.mu.Unlock()
+		rt.abandonAll()
+		<-done
+	}
+	rt.abandonAll()
+	slices.Sort(abandoned)
+	rep := CloseReport{Abandoned: abandoned}
+	// Read what is left from the store: the report is about durable state.
+	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	for r, e := range rt.st.Runs(rctx, record.StateQueued) {
+		if e != nil {
+			err = fmt.Errorf("host: listing queued runs for the close report: %w", e)
+			break
+		}
+		rep.Queued = append(rep.Queued, r.ID)
+	}
+	for r, e := range rt.st.ListActive(rctx) {
+		if e != nil {
+			err = fmt.Errorf("host: listing active runs for the close report: %w", e)
+			break
+		}
+		if r.Owner == rt.epoch && !slices.Contains(rep.Abandoned, r.ID) {
+			rep.Abandoned = append(rep.Abandoned, r.ID) // e.g. a commit that failed
+		}
+	}
+	rep.Settled = err == nil && len(rep.Abandoned) == 0 && len(rep.Queued) == 0
+	return rep, err
+}
+
+// counters are the runtime's metrics.
+type counters struct {
+	admissions       labeled
+	terminal         labeled
+	absorptions      atomic.Int64
+	droppedAbsorbs   atomic.Int64
+	policyFallbacks  atomic.Int64
+	recovered        atomic.Int64
+	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
+	commitErrors     atomic.Int64
+}
+
+type labeled struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (l *labeled) add(label string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]int64{}
+	}
+	l.m[label]++
+}
+
+func (l *labeled) snapshot() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int64, len(l.m))
+	for k, v := range l.m {
+		out[k] = v
+	}
+	return out
+}
+
+// Stats is a snapshot of the runtime's counters.
+type Stats struct {
+	Admissions       map[string]int64 // by decision ("start" for an idle thread)
+	Terminal         map[string]int64 // runs ended, by terminal reason
+	Absorptions      int64
+	DroppedAbsorbs   int64
+	PolicyFallbacks  int64
+	Recovered        int64
+	InjectBoundaries int64
+	CommitErrors     int64
+}
+
+// Stats returns the runtime's counters.
+func (rt *Runtime) Stats() Stats {
+	return Stats{
+		Admissions:       rt.stats.admissions.snapshot(),
+		Terminal:         rt.stats.terminal.snapshot(),
+		Absorptions:      rt.stats.absorptions.Load(),
+		DroppedAbsorbs:   rt.stats.droppedAbsorbs.Load(),
+		PolicyFallbacks:  rt.stats.policyFallbacks.Load(),
+		Recovered:        rt.stats.recovered.Load(),
+		InjectBoundaries: rt.stats.injectBoundaries.Load(),
+		CommitErrors:     rt.stats.commitErrors.Load(),
+	}
+}
