@@ -21,12 +21,12 @@ var errInterrupted = errors.New("interrupted by a newer input")
 
 // runExec is one run being executed by this process.
 type runExec struct {
-	mu        sync.Mutex
-	run       record.Run
-	ctx       context.Context         // done when the run is abandoned (Close gave up)
-	stepCtx   context.Context         // done too when the run is interrupted
-	stop      context.CancelCauseFunc // interrupts the run
-	steps     atomic.Int32            // model steps finished, for the policy
+	mu      sync.Mutex
+	run     record.Run
+	ctx     context.Context         // done when the run is abandoned (Close gave up)
+	stepCtx context.Context         // done too when the run is interrupted
+	stop    context.CancelCauseFunc // interrupts the run
+	steps   atomic.Int32            // model steps finished, for the policy
 }
 
 func (ex *runExec) init(base context.Context, run record.Run) {

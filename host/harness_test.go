@@ -36,7 +36,9 @@ func (hintPolicy) Decide(_ context.Context, req policy.Request) (runstate.Decisi
 // lookupTool answers every call with "found".
 type lookupTool struct{}
 
-func (lookupTool) Spec() model.ToolSpec { return model.ToolSpec{Name: "lookup", Description: "looks things up"} }
+func (lookupTool) Spec() model.ToolSpec {
+	return model.ToolSpec{Name: "lookup", Description: "looks things up"}
+}
 func (lookupTool) Call(context.Context, string) (string, error) {
 	return "found", nil
 }

@@ -67,14 +67,14 @@ type Runtime struct {
 	baseCtx    context.Context // canceled when Close gives up waiting
 	abandonAll context.CancelFunc
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	closed   bool
-	queue    []string            // threads waiting for a worker, FIFO
-	queued   map[string]bool     // threads in queue
-	running  map[string]*runExec // thread → its executing run
-	waiters  map[string][]chan struct{}
-	workers  sync.WaitGroup
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	queue   []string            // threads waiting for a worker, FIFO
+	queued  map[string]bool     // threads in queue
+	running map[string]*runExec // thread → its executing run
+	waiters map[string][]chan struct{}
+	workers sync.WaitGroup
 }
 
 // New starts a runtime: it takes a new host epoch, recovers every run that a
