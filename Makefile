@@ -5,7 +5,10 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/...
 
-.PHONY: all build test test-unit test-race lint bench tools
+.PHONY: all build test test-unit test-race lint bench sim
+
+# Seeds for `make sim` (the deterministic simulation of the runtime).
+SEEDS ?= 20000
 
 all: build
 
@@ -28,3 +31,9 @@ lint:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The runtime's deterministic simulation with more seeds than `make test`
+# runs (2,000). Replay one failing seed with:
+#   go test ./host -run TestSimulation -sim.seed=N -v
+sim:
+	$(GO) test -count=1 -run '^TestSimulation$$' ./host -sim.seeds=$(SEEDS) -timeout 0

@@ -10,9 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
 )
 
 // errInterrupted is the cause set on a run's step context when a newer input
@@ -146,6 +148,12 @@ func (rt *Runtime) execute(ex *runExec) {
 	}
 }
 
+// transient reports whether a failed commit may succeed if tried again.
+func transient(err error) bool {
+	return errors.Is(err, driver.ErrUnavailable) || errors.Is(err, store.ErrContention) ||
+		errors.Is(err, store.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // stepError ends the run after a failed step: abandoned runs commit nothing,
 // interrupted runs end interrupted, the rest fail.
 func (e *execution) stepError(err error) {
@@ -245,12 +253,13 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 			rt.log.Warn("terminal commit refused: the run moved on", "run", e.run.ID, "err", err)
 			rt.settled(e.run.ID)
 			return
-		case errors.Is(err, runstate.ErrInvalid) && c.Reason == record.ReasonCompleted:
-			rt.log.Error("terminal commit invalid; failing the run", "run", e.run.ID, "err", err)
+		case !transient(err) && c.Reason == record.ReasonCompleted:
+			rt.log.Error("terminal commit refused; failing the run", "run", e.run.ID, "err", err)
 			c = runstate.CommitTerminal{ThreadID: c.ThreadID, RunID: c.RunID, Owner: c.Owner, Reason: record.ReasonFailed, Error: err.Error()}
 			continue
-		case errors.Is(err, runstate.ErrInvalid):
-			rt.log.Error("terminal commit invalid", "run", e.run.ID, "err", err)
+		case !transient(err):
+			// The run stays active; the next start recovers it.
+			rt.log.Error("terminal commit refused", "run", e.run.ID, "err", err)
 			return
 		}
 		rt.stats.commitErrors.Add(1)
