@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,7 +85,7 @@ type sim struct {
 	rng     *rand.Rand
 	d       *memdriver.Driver
 	rt      *host.Runtime
-	ids     int
+	ids     atomic.Int64
 	log     []string
 	inputs  []*simInput         // every accepted submission
 	taken   map[string][]string // run → input ids it took, from events
@@ -117,7 +118,7 @@ func (s *sim) start() {
 		Driver: s.d, Policy: hintPolicy{}, Model: m, Tools: []model.Tool{lookupTool{}},
 		MaxConcurrentRuns: 2, MaxAttempts: 3,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NewID:  func(p string) string { s.ids++; return fmt.Sprintf("%s%04d", p, s.ids) },
+		NewID:  func(p string) string { return fmt.Sprintf("%s%04d", p, s.ids.Add(1)) },
 	})
 	if err != nil {
 		s.t.Fatalf("start: %v", err)
@@ -153,14 +154,14 @@ func (s *sim) play(ops int) {
 
 func (s *sim) submit() {
 	th := s.threads[s.rng.IntN(len(s.threads))]
-	s.ids++
-	content := fmt.Sprintf("in%d", s.ids)
+	n := s.ids.Add(1)
+	content := fmt.Sprintf("in%d", n)
 	if s.rng.IntN(6) == 0 {
 		content += " fail"
 	}
 	key := ""
 	if s.rng.IntN(2) == 0 {
-		key = fmt.Sprintf("k%d", s.ids)
+		key = fmt.Sprintf("k%d", n)
 	}
 	hint := []string{"queue", "inject", "inject+coalesce", "interrupt", "reject", "queue+coalesce", "inject"}[s.rng.IntN(7)]
 	tk, err := s.rt.Submit(context.Background(), th, content, host.SubmitOptions{IdempotencyKey: key, Hint: hint})
