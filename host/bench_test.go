@@ -1,0 +1,238 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/policy"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// benchDrivers are the drivers the end-to-end benchmarks compare.
+var benchDrivers = map[string]func(b *testing.B) driver.Driver{
+	"memdriver": func(*testing.B) driver.Driver { return memdriver.New() },
+}
+
+func benchRuntime(b *testing.B, d driver.Driver, pol policy.Policy, script model.Script, conc int) *host.Runtime {
+	b.Helper()
+	m, err := model.NewScripted(script)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := host.New(context.Background(), host.Config{
+		Driver: d, Policy: pol, Model: m, Tools: []model.Tool{lookupTool{}}, MaxConcurrentRuns: conc,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rt.Close(context.Background()) })
+	return rt
+}
+
+// BenchmarkRunsEndToEnd: runs per second with a zero-delay scripted model,
+// b.N runs spread over the given number of threads, each thread's inputs
+// submitted one after another by its own client.
+func BenchmarkRunsEndToEnd(b *testing.B) {
+	for _, dname := range sortedKeys(benchDrivers) {
+		for _, threads := range []int{1, 64, 1024} {
+			b.Run(fmt.Sprintf("driver=%s/threads=%d", dname, threads), func(b *testing.B) {
+				rt := benchRuntime(b, benchDrivers[dname](b), nil, model.Script{}, 64)
+				ctx := context.Background()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for c := range threads {
+					n := b.N / threads
+					if c < b.N%threads {
+						n++
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range n {
+							tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", c), fmt.Sprintf("in %d", i), host.SubmitOptions{})
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if _, err := tk.Wait(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkStepOverhead: a 16-step run (15 tool calls, then the answer)
+// with no policy configured, with a policy that cannot inject, and with one
+// that can (the injection hook then runs at every boundary). The first two
+// must cost the same: nothing is installed when inject is impossible.
+func BenchmarkStepOverhead(b *testing.B) {
+	steps := make([]model.ScriptStep, 15)
+	for i := range steps {
+		steps[i] = model.ScriptStep{Tool: &model.ScriptTool{Name: "lookup"}}
+	}
+	script := model.Script{Steps: append(steps, model.ScriptStep{Answer: "done"})}
+	for _, c := range []struct {
+		name string
+		pol  policy.Policy
+	}{
+		{"policy=none", nil},
+		{"policy=cannot-inject", policy.Static{Name: "interrupt", Decision: runstate.Decision{Action: runstate.ActionInterrupt}}},
+		{"policy=can-inject", hintPolicy{}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rt := benchRuntime(b, memdriver.New(), c.pol, script, 1)
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := range b.N {
+				tk, err := rt.Submit(ctx, "T", fmt.Sprint(i), host.SubmitOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tk.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/step")
+		})
+	}
+}
+
+// BenchmarkRecovery: the time a new runtime takes to schedule again every
+// run a crashed one left: 100,000 runs, one in ten active under the dead
+// owner, the rest queued, over 10,000 threads.
+func BenchmarkRecovery(b *testing.B) {
+	const runs, threads = 100_000, 10_000
+	for _, dname := range sortedKeys(benchDrivers) {
+		b.Run("driver="+dname, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				d := benchDrivers[dname](b)
+				fillRecoverable(b, d, runs, threads)
+				m, _ := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Delay: model.Duration(time.Hour)}}})
+				b.StartTimer()
+				rt, err := host.New(context.Background(), host.Config{Driver: d, Model: m, MaxConcurrentRuns: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if got := rt.Stats().Recovered; got != threads {
+					b.Fatalf("recovered %d active runs, want %d", got, threads)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				rt.Close(ctx)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e9, "s/recovery")
+		})
+	}
+}
+
+// fillRecoverable writes runs queued runs over threads threads, and makes the
+// head of each thread active under a dead owner.
+func fillRecoverable(b *testing.B, d driver.Driver, runs, threads int) {
+	b.Helper()
+	ctx := context.Background()
+	st := store.New(d, store.Options{})
+	queue := func(context.Context, store.ThreadView) (runstate.Decision, error) {
+		return runstate.Decision{Action: runstate.ActionQueue}, nil
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := w; t < threads; t += 8 {
+				th := fmt.Sprintf("T%d", t)
+				for i := range runs / threads {
+					if _, err := st.Admit(ctx, store.Submission{ThreadID: th, Content: fmt.Sprint(i)}, queue); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				if _, err := st.Start(ctx, th, "epoch-dead"); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkMemoryPerQueuedRun: host heap per queued run. Runs are queued on
+// distinct threads behind one slow run per worker; the driver's own records
+// are measured separately and subtracted (they live in the driver process
+// when the driver is a plugin).
+func BenchmarkMemoryPerQueuedRun(b *testing.B) {
+	const n = 20_000
+	for range b.N {
+		ctx := context.Background()
+		heap := func() uint64 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		// Driver records alone.
+		base := heap()
+		d0 := memdriver.New()
+		st := store.New(d0, store.Options{})
+		for i := range n {
+			if _, err := st.Admit(ctx, store.Submission{ThreadID: fmt.Sprintf("T%d", i), Content: "queued input"}, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		driverOnly := heap() - base
+		runtime.KeepAlive(d0)
+
+		base = heap()
+		d := memdriver.New()
+		m, _ := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Delay: model.Duration(time.Hour)}}})
+		rt, err := host.New(ctx, host.Config{Driver: d, Model: m, MaxConcurrentRuns: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			if _, err := rt.Submit(ctx, fmt.Sprintf("T%d", i), "queued input", host.SubmitOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		total := heap() - base
+		b.ReportMetric(float64(int64(total)-int64(driverOnly))/n, "hostB/queued-run")
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		rt.Close(cctx)
+		runtime.KeepAlive(d)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
