@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	rt := &Runtime{
 		cfg:     cfg,
-		st:      store.New(cfg.Driver, store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts}),
+		st:      nil,
 		epoch:   cfg.NewID("epoch"),
 		log:     cfg.Logger,
 		events:  newEventLog(cfg.EventRuns),
@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		running: map[string]*runExec{},
 		waiters: map[string][]chan struct{}{},
 	}
+	rt.st = store.New(cfg.Driver, store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe})
 	rt.cond = sync.NewCond(&rt.mu)
 	if m.CanReturn(runstate.ActionInject) {
 		rt.reg = newRegistry()
@@ -401,6 +402,52 @@ type counters struct {
 	recovered        atomic.Int64
 	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
 	commitErrors     atomic.Int64
+	commitLatency    histogram
+}
+
+// histogram counts durations into fixed buckets (seconds).
+type histogram struct {
+	mu     sync.Mutex
+	counts [len(LatencyBuckets) + 1]int64
+	sum    time.Duration
+	n      int64
+}
+
+// LatencyBuckets are the upper bounds, in seconds, of the commit latency
+// histogram's buckets.
+var LatencyBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+func (h *histogram) observe(d time.Duration, _ error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := 0
+	for i < len(LatencyBuckets) && d.Seconds() > LatencyBuckets[i] {
+		i++
+	}
+	h.counts[i]++
+	h.sum += d
+	h.n++
+}
+
+// Histogram is a snapshot of a latency histogram: Counts[i] is the number of
+// observations of at most LatencyBuckets[i] seconds (cumulative); Count
+// counts them all.
+type Histogram struct {
+	Counts []int64
+	Sum    time.Duration
+	Count  int64
+}
+
+func (h *histogram) snapshot() Histogram {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := Histogram{Counts: make([]int64, len(LatencyBuckets)), Sum: h.sum, Count: h.n}
+	var c int64
+	for i := range LatencyBuckets {
+		c += h.counts[i]
+		out.Counts[i] = c
+	}
+	return out
 }
 
 type labeled struct {
@@ -437,6 +484,7 @@ type Stats struct {
 	Recovered        int64
 	InjectBoundaries int64
 	CommitErrors     int64
+	CommitLatency    Histogram
 }
 
 // Stats returns the runtime's counters.
@@ -450,5 +498,6 @@ func (rt *Runtime) Stats() Stats {
 		Recovered:        rt.stats.recovered.Load(),
 		InjectBoundaries: rt.stats.injectBoundaries.Load(),
 		CommitErrors:     rt.stats.commitErrors.Load(),
+		CommitLatency:    rt.stats.commitLatency.snapshot(),
 	}
 }

@@ -53,6 +53,9 @@ type Options struct {
 	MaxAttempts int
 	// PageSize is the page size of scans. Default 256.
 	PageSize int
+	// ObserveCommit, when set, is called after every driver commit with its
+	// latency and error.
+	ObserveCommit func(d time.Duration, err error)
 }
 
 // Store is the store layer over one driver. It is safe for concurrent use.
@@ -261,7 +264,11 @@ func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(run
 			return eff, err
 		}
 		b := Batch(snap.Thread.Version, eff, s.opt.NewID("commit"))
+		began := time.Now()
 		_, err = s.d.Commit(ctx, b)
+		if s.opt.ObserveCommit != nil {
+			s.opt.ObserveCommit(time.Since(began), err)
+		}
 		switch {
 		case err == nil:
 			return eff, nil

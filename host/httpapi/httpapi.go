@@ -1,0 +1,493 @@
+// Package httpapi serves the agenthost runtime over HTTP: JSON with
+// snake_case fields, errors as RFC 9457 problem details with a stable code,
+// run events as Server-Sent Events. docs/http-api.md describes every route;
+// openapi.yaml in this folder is checked against the routes by a test.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/runstate"
+)
+
+// Options configure the handler.
+type Options struct {
+	// MaxBodyBytes bounds request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
+	// route but /healthz.
+	Token string
+	// MaxWait bounds the wait parameter of the result route. Default 5m.
+	MaxWait time.Duration
+	Logger  *slog.Logger
+	// DriverRestarts, when set, reports how often the store driver was
+	// restarted (for /metrics).
+	DriverRestarts func() int64
+}
+
+// Handler serves one runtime.
+type Handler struct {
+	rt  *host.Runtime
+	opt Options
+	mux *http.ServeMux
+	log *slog.Logger
+}
+
+// Routes lists every route the handler serves, as "METHOD PATH" patterns.
+var Routes = []string{
+	"POST /v1/threads/{thread_id}/inputs",
+	"GET /v1/threads/{thread_id}/runs",
+	"GET /v1/threads/{thread_id}/messages",
+	"GET /v1/runs/{run_id}",
+	"GET /v1/runs/{run_id}/result",
+	"GET /v1/runs/{run_id}/events",
+	"POST /v1/runs/{run_id}/cancel",
+	"GET /healthz",
+	"GET /metrics",
+}
+
+// New returns a handler for rt.
+func New(rt *host.Runtime, opt Options) *Handler {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 1 << 20
+	}
+	if opt.MaxWait <= 0 {
+		opt.MaxWait = 5 * time.Minute
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger}
+	handlers := []http.HandlerFunc{
+		h.submit, h.threadRuns, h.threadMessages, h.getRun, h.result, h.events, h.cancel, h.healthz, h.metrics,
+	}
+	for i, r := range Routes {
+		h.mux.Handle(r, handlers[i])
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path)
+	})
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opt.Token != "" && r.URL.Path != "/healthz" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !constantTimeEqual(got, h.opt.Token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agenthost"`)
+			problem(w, http.StatusUnauthorized, "unauthorized", "a bearer token is required")
+			return
+		}
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, h.opt.MaxBodyBytes)
+	h.mux.ServeHTTP(w, r)
+}
+
+func constantTimeEqual(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var v byte
+	for i := range len(a) {
+		v |= a[i] ^ b[i]
+	}
+	return v == 0
+}
+
+// IsLoopback reports whether a listen address only accepts local clients.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Problem is an RFC 9457 problem detail with a stable code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+}
+
+func problem(w http.ResponseWriter, status int, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(Problem{
+		Type: "https://agenthost.dev/problems/" + code, Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
+	})
+}
+
+// fail maps an error from the runtime to a problem.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), errors.Is(err, driver.ErrTooLarge):
+		problem(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+	case errors.Is(err, runstate.ErrBusy):
+		problem(w, http.StatusConflict, "busy", err.Error())
+	case errors.Is(err, runstate.ErrKeyReused):
+		problem(w, http.StatusUnprocessableEntity, "key_reused", err.Error())
+	case errors.Is(err, driver.ErrNotFound), errors.Is(err, runstate.ErrRunNotFound):
+		problem(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, runstate.ErrNotQueued):
+		problem(w, http.StatusConflict, "not_queued", err.Error())
+	case errors.Is(err, runstate.ErrInvalid), errors.Is(err, driver.ErrInvalidArgument):
+		problem(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, host.ErrClosed):
+		problem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	case errors.Is(err, driver.ErrUnavailable):
+		problem(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry with the same idempotency key")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		problem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	default:
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		problem(w, http.StatusInternalServerError, "internal", "internal error")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// validID checks a path id: printable, not too long.
+func validID(what, id string) error {
+	if id == "" || len(id) > runstate.MaxIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("%w: %s must be 1 to %d printable bytes", runstate.ErrInvalid, what, runstate.MaxIDLen)
+	}
+	return nil
+}
+
+// SubmitRequest is the body of POST /v1/threads/{thread_id}/inputs.
+type SubmitRequest struct {
+	Content  string            `json:"content"`
+	Hint     string            `json:"hint,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Admission is the answer to a submission.
+type Admission struct {
+	RunID          string `json:"run_id"`
+	InputMessageID string `json:"input_message_id"`
+	ThreadID       string `json:"thread_id"`
+}
+
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("thread_id")
+	if err := validID("thread_id", thread); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > runstate.MaxKeyLen {
+		h.fail(w, r, fmt.Errorf("%w: Idempotency-Key longer than %d bytes", runstate.ErrInvalid, runstate.MaxKeyLen))
+		return
+	}
+	var req SubmitRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.fail(w, r, err)
+			return
+		}
+		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object {\"content\": ..., \"hint\": ..., \"metadata\": {...}}: %v", runstate.ErrInvalid, err))
+		return
+	}
+	if dec.More() {
+		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", runstate.ErrInvalid))
+		return
+	}
+	if strings.TrimSpace(req.Content) == "" {
+		h.fail(w, r, fmt.Errorf("%w: content is empty", runstate.ErrInvalid))
+		return
+	}
+	tk, err := h.rt.Submit(r.Context(), thread, req.Content, host.SubmitOptions{IdempotencyKey: key, Hint: req.Hint, Metadata: req.Metadata})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, Admission{RunID: tk.RunID, InputMessageID: tk.InputMessageID, ThreadID: thread})
+}
+
+// Run is a run record on the wire.
+type Run struct {
+	ID                 string     `json:"id"`
+	ThreadID           string     `json:"thread_id"`
+	Seq                int64      `json:"seq"`
+	State              string     `json:"state"`
+	TerminalReason     string     `json:"terminal_reason,omitempty"`
+	InputMessageIDs    []string   `json:"input_message_ids"`
+	AssistantMessageID string     `json:"assistant_message_id"`
+	AbsorbedIntoRunID  string     `json:"absorbed_into_run_id,omitempty"`
+	Attempt            int        `json:"attempt"`
+	Error              string     `json:"error,omitempty"`
+	CreatedAt          time.Time  `json:"created_at"`
+	StartedAt          *time.Time `json:"started_at,omitempty"`
+	EndedAt            *time.Time `json:"ended_at,omitempty"`
+}
+
+func toRun(r record.Run) Run {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return Run{
+		ID: r.ID, ThreadID: r.ThreadID, Seq: r.Seq, State: string(r.State), TerminalReason: string(r.TerminalReason),
+		InputMessageIDs: r.InputMessageIDs, AssistantMessageID: r.AssistantMessageID, AbsorbedIntoRunID: r.AbsorbedIntoRunID,
+		Attempt: r.Attempt, Error: r.Error, CreatedAt: r.CreatedAt, StartedAt: opt(r.StartedAt), EndedAt: opt(r.EndedAt),
+	}
+}
+
+func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run_id")
+	if err := validID("run_id", id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	run, err := h.rt.Run(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toRun(run))
+}
+
+// Result is what answered a run.
+type Result struct {
+	RunID           string  `json:"run_id"`
+	AnsweredByRunID string  `json:"answered_by_run_id,omitempty"`
+	State           string  `json:"state"`
+	TerminalReason  string  `json:"terminal_reason,omitempty"`
+	Error           string  `json:"error,omitempty"`
+	Answer          *Answer `json:"answer"`
+}
+
+// Answer is an answering message.
+type Answer struct {
+	ID      string `json:"id"`
+	Content string `json:"content"`
+}
+
+func (h *Handler) result(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run_id")
+	if err := validID("run_id", id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	wait := time.Duration(0)
+	if s := r.URL.Query().Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			h.fail(w, r, fmt.Errorf("%w: wait must be a duration such as 30s", runstate.ErrInvalid))
+			return
+		}
+		wait = min(d, h.opt.MaxWait)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := h.rt.Wait(ctx, id)
+	if err != nil && !(errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil) {
+		h.fail(w, r, err)
+		return
+	}
+	if !res.Settled {
+		run, err := h.rt.Run(r.Context(), id)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, toRun(run))
+		return
+	}
+	out := Result{RunID: res.RunID, AnsweredByRunID: res.AnsweredByRunID, State: string(res.State), TerminalReason: string(res.TerminalReason), Error: res.Error}
+	if res.Answer != nil {
+		out.Answer = &Answer{ID: res.Answer.ID, Content: res.Answer.Content}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run_id")
+	if err := validID("run_id", id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	run, err := h.rt.Cancel(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toRun(run))
+}
+
+func (h *Handler) threadRuns(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("thread_id")
+	if err := validID("thread_id", thread); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	runs, err := h.rt.ThreadRuns(r.Context(), thread)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if len(runs) == 0 {
+		problem(w, http.StatusNotFound, "not_found", "no thread "+strconv.Quote(thread))
+		return
+	}
+	out := make([]Run, len(runs))
+	for i, run := range runs {
+		out[i] = toRun(run)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"thread_id": thread, "runs": out})
+}
+
+// Message is a history message on the wire.
+type Message struct {
+	ID         string     `json:"id"`
+	RunID      string     `json:"run_id"`
+	Seq        int64      `json:"seq"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+}
+
+// ToolCall is a model's call of a tool.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
+	thread := r.PathValue("thread_id")
+	if err := validID("thread_id", thread); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	msgs, err := h.rt.History(r.Context(), thread)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if len(msgs) == 0 {
+		if runs, err := h.rt.ThreadRuns(r.Context(), thread); err == nil && len(runs) == 0 {
+			problem(w, http.StatusNotFound, "not_found", "no thread "+strconv.Quote(thread))
+			return
+		}
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = Message{ID: m.ID, RunID: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, CreatedAt: m.CreatedAt}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, ToolCall(c))
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"thread_id": thread, "messages": out})
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "epoch": h.rt.Epoch()})
+}
+
+// events streams a run's events as Server-Sent Events. Each event's id is
+// its seq; a client resumes with Last-Event-ID. The stream ends after the
+// run's terminal (or absorbed) event. Events are kept by the process that
+// saw them: after a restart a settled run's stream holds one terminal event
+// built from its durable record.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("run_id")
+	if err := validID("run_id", id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	run, err := h.rt.Run(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	after := int64(0)
+	if s := r.Header.Get("Last-Event-ID"); s != "" {
+		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
+			h.fail(w, r, fmt.Errorf("%w: Last-Event-ID must be an event id", runstate.ErrInvalid))
+			return
+		}
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		problem(w, http.StatusInternalServerError, "internal", "streaming unsupported")
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	for {
+		evs, more := h.rt.Events(id, after)
+		for _, e := range evs {
+			writeEvent(w, e)
+			after = e.Seq
+			if e.Type == host.EventTerminal || e.Type == host.EventAbsorbed {
+				fl.Flush()
+				return
+			}
+		}
+		fl.Flush()
+		if len(evs) == 0 {
+			// Settled with no terminal event in this process (it settled
+			// before a restart): one terminal event from the record.
+			if run, err = h.rt.Run(r.Context(), id); err == nil && runstate.IsTerminal(run.State) {
+				if evs, _ := h.rt.Events(id, after); len(evs) == 0 {
+					writeEvent(w, host.Event{Seq: after + 1, RunID: id, ThreadID: run.ThreadID, Type: host.EventTerminal, Time: run.EndedAt,
+						Data: map[string]string{"state": string(run.State), "reason": string(run.TerminalReason), "error": run.Error, "into_run_id": run.AbsorbedIntoRunID}})
+					fl.Flush()
+					return
+				}
+				continue
+			}
+		}
+		select {
+		case <-more:
+		case <-poll.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeEvent(w io.Writer, e host.Event) {
+	b, _ := json.Marshal(map[string]any{"seq": e.Seq, "run_id": e.RunID, "thread_id": e.ThreadID, "type": e.Type, "time": e.Time, "data": e.Data})
+	fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
+}

@@ -1,0 +1,320 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/httpapi"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/policy"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// hintPolicy decides from the hint ("reject", "inject", ...; default queue).
+type hintPolicy struct{}
+
+func (hintPolicy) Manifest() policy.Manifest {
+	return policy.Manifest{Name: "hint", Version: "1", Actions: runstate.Actions}
+}
+
+func (hintPolicy) Decide(_ context.Context, req policy.Request) (runstate.Decision, error) {
+	if req.Input.Hint == "" {
+		return runstate.Decision{Action: runstate.ActionQueue}, nil
+	}
+	return runstate.Decision{Action: runstate.Action(req.Input.Hint)}, nil
+}
+
+type server struct {
+	*httptest.Server
+	rt   *host.Runtime
+	gate chan struct{}
+}
+
+// newServer serves a runtime whose model steps each wait for the gate
+// (release) when gated, and answer at once otherwise.
+func newServer(t testing.TB, gated bool, opt httpapi.Options) *server {
+	t.Helper()
+	m, err := model.NewScripted(model.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{gate: make(chan struct{})}
+	if gated {
+		m.Sleep = func(ctx context.Context, _ time.Duration) error {
+			select {
+			case <-s.gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Policy: hintPolicy{}, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Logger = logger
+	s.Server = httptest.NewServer(httpapi.New(s.rt, opt))
+	t.Cleanup(func() {
+		s.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		s.rt.Close(ctx)
+	})
+	return s
+}
+
+func (s *server) do(t testing.TB, method, path, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+	return v
+}
+
+func wantProblem(t *testing.T, resp *http.Response, body []byte, status int, code string) {
+	t.Helper()
+	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("status %d (%s), want %d problem: %s", resp.StatusCode, resp.Header.Get("Content-Type"), status, body)
+	}
+	if p := decode[httpapi.Problem](t, body); p.Code != code || p.Status != status || p.Title == "" {
+		t.Fatalf("problem %+v, want code %s", p, code)
+	}
+}
+
+func TestSubmitAndResult(t *testing.T) {
+	s := newServer(t, false, httpapi.Options{})
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hello","metadata":{"k":"v"}}`, "Idempotency-Key", "key-1")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", resp.StatusCode, body)
+	}
+	adm := decode[httpapi.Admission](t, body)
+	if adm.RunID == "" || adm.InputMessageID == "" || adm.ThreadID != "T" {
+		t.Fatalf("admission %+v", adm)
+	}
+	// The same key returns the same body.
+	resp, again := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hello","metadata":{"k":"v"}}`, "Idempotency-Key", "key-1")
+	if resp.StatusCode != http.StatusAccepted || string(again) != string(body) {
+		t.Fatalf("repeat: %d %s, first %s", resp.StatusCode, again, body)
+	}
+	resp, body = s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=10s", "")
+	res := decode[httpapi.Result](t, body)
+	if resp.StatusCode != 200 || res.Answer == nil || res.Answer.Content != "hello" || res.AnsweredByRunID != adm.RunID || res.State != "completed" {
+		t.Fatalf("result: %d %s", resp.StatusCode, body)
+	}
+	resp, body = s.do(t, "GET", "/v1/runs/"+adm.RunID, "")
+	run := decode[httpapi.Run](t, body)
+	if resp.StatusCode != 200 || run.ID != adm.RunID || run.State != "completed" || run.TerminalReason != "completed" || run.EndedAt == nil || !slices.Equal(run.InputMessageIDs, []string{adm.InputMessageID}) {
+		t.Fatalf("run: %s", body)
+	}
+	resp, body = s.do(t, "GET", "/v1/threads/T/runs", "")
+	if resp.StatusCode != 200 || !strings.Contains(string(body), adm.RunID) {
+		t.Fatalf("thread runs: %s", body)
+	}
+	resp, body = s.do(t, "GET", "/v1/threads/T/messages", "")
+	msgs := decode[struct{ Messages []httpapi.Message }](t, body).Messages
+	if resp.StatusCode != 200 || len(msgs) != 2 || msgs[0].Role != "user" || msgs[1].Content != "hello" {
+		t.Fatalf("messages: %s", body)
+	}
+	resp, body = s.do(t, "GET", "/healthz", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("healthz: %d", resp.StatusCode)
+	}
+	resp, body = s.do(t, "GET", "/metrics", "")
+	for _, want := range []string{`agenthost_admissions_total{decision="start"} 1`, `agenthost_runs_terminal_total{reason="completed"} 1`, "agenthost_store_commit_seconds_count", "agenthost_driver_restarts_total 0", "agenthost_policy_fallbacks_total 0", "agenthost_absorptions_total 0", "agenthost_absorb_entries_dropped_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// TestErrorCodes provokes every documented error code with a real request.
+func TestErrorCodes(t *testing.T) {
+	s := newServer(t, true, httpapi.Options{MaxBodyBytes: 1024})
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"first"}`, "Idempotency-Key", "k1")
+	adm := decode[httpapi.Admission](t, body)
+	// busy: the thread is busy (the model waits) and the policy rejects.
+	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"second","hint":"reject"}`)
+	wantProblem(t, resp, body, 409, "busy")
+	// key_reused.
+	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"other"}`, "Idempotency-Key", "k1")
+	wantProblem(t, resp, body, 422, "key_reused")
+	// bad_request: malformed, unknown fields, empty content, bad wait.
+	for _, b := range []string{`{`, `[]`, `{"content":"x","extra":1}`, `{"content":""}`, `{"content":"x"} {"content":"y"}`, ``} {
+		resp, body = s.do(t, "POST", "/v1/threads/T/inputs", b)
+		wantProblem(t, resp, body, 400, "bad_request")
+	}
+	resp, body = s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=soon", "")
+	wantProblem(t, resp, body, 400, "bad_request")
+	resp, body = s.do(t, "POST", "/v1/threads/"+strings.Repeat("t", 300)+"/inputs", `{"content":"x"}`)
+	wantProblem(t, resp, body, 400, "bad_request")
+	// too_large.
+	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"`+strings.Repeat("x", 2000)+`"}`)
+	wantProblem(t, resp, body, 413, "too_large")
+	// not_found: unknown run, thread, route.
+	for _, p := range []string{"/v1/runs/run_nope", "/v1/runs/run_nope/result", "/v1/runs/run_nope/events", "/v1/threads/nope/runs", "/v1/threads/nope/messages", "/v2/whatever"} {
+		resp, body = s.do(t, "GET", p, "")
+		wantProblem(t, resp, body, 404, "not_found")
+	}
+	resp, body = s.do(t, "POST", "/v1/runs/run_nope/cancel", "")
+	wantProblem(t, resp, body, 404, "not_found")
+	// Cancel: a queued run is canceled; the active one is not queued.
+	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"later"}`)
+	queued := decode[httpapi.Admission](t, body)
+	resp, body = s.do(t, "POST", "/v1/runs/"+queued.RunID+"/cancel", "")
+	if resp.StatusCode != 200 || decode[httpapi.Run](t, body).TerminalReason != "canceled" {
+		t.Fatalf("cancel: %d %s", resp.StatusCode, body)
+	}
+	resp, body = s.do(t, "POST", "/v1/runs/"+adm.RunID+"/cancel", "")
+	wantProblem(t, resp, body, 409, "not_queued")
+	// A result not settled in time: 202 with the run.
+	resp, body = s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=10ms", "")
+	if resp.StatusCode != 202 || decode[httpapi.Run](t, body).State != "active" {
+		t.Fatalf("unsettled result: %d %s", resp.StatusCode, body)
+	}
+	s.gate <- struct{}{}
+	// unauthorized is covered by TestToken.
+}
+
+func TestToken(t *testing.T) {
+	s := newServer(t, false, httpapi.Options{Token: "s3cret"})
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"x"}`)
+	wantProblem(t, resp, body, 401, "unauthorized")
+	resp, body = s.do(t, "GET", "/metrics", "", "Authorization", "Bearer wrong")
+	wantProblem(t, resp, body, 401, "unauthorized")
+	if resp, _ := s.do(t, "GET", "/healthz", ""); resp.StatusCode != 200 {
+		t.Fatal("healthz needs no token")
+	}
+	if resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"x"}`, "Authorization", "Bearer s3cret"); resp.StatusCode != 202 {
+		t.Fatalf("with the token: %d %s", resp.StatusCode, body)
+	}
+	for addr, loop := range map[string]bool{"127.0.0.1:7070": true, "localhost:1": true, "[::1]:80": true, "0.0.0.0:7070": false, ":7070": false, "10.1.2.3:80": false} {
+		if httpapi.IsLoopback(addr) != loop {
+			t.Errorf("IsLoopback(%q) = %v", addr, !loop)
+		}
+	}
+}
+
+type sseEvent struct {
+	id, typ, data string
+}
+
+func readEvents(t *testing.T, s *server, runID, lastID string) []sseEvent {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL+"/v1/runs/"+runID+"/events", nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var out []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			out = append(out, cur)
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.typ = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			cur.data = line[6:]
+		}
+	}
+	return out
+}
+
+func TestEventsResumable(t *testing.T) {
+	s := newServer(t, true, httpapi.Options{})
+	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hi"}`)
+	adm := decode[httpapi.Admission](t, body)
+	s.gate <- struct{}{} // the one step answers
+	all := readEvents(t, s, adm.RunID, "")
+	var types []string
+	for i, e := range all {
+		types = append(types, e.typ)
+		if e.id != fmt.Sprint(i+1) {
+			t.Fatalf("event %d has id %s", i, e.id)
+		}
+	}
+	want := []string{"admitted", "started", "step_started", "step_finished", "terminal"}
+	if !slices.Equal(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	// Resuming after event 3 gives the rest.
+	rest := readEvents(t, s, adm.RunID, "3")
+	if len(rest) != 2 || rest[0].id != "4" || rest[1].typ != "terminal" {
+		t.Fatalf("resumed: %+v", rest)
+	}
+	resp, b := s.do(t, "GET", "/v1/runs/"+adm.RunID+"/events", "", "Last-Event-ID", "x")
+	wantProblem(t, resp, b, 400, "bad_request")
+}
+
+// TestOpenAPIMatchesRoutes checks openapi.json against the served routes.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	b, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			documented = append(documented, strings.ToUpper(m)+" "+p)
+		}
+	}
+	slices.Sort(documented)
+	served := slices.Sorted(slices.Values(httpapi.Routes))
+	if !slices.Equal(documented, served) {
+		t.Fatalf("openapi.json documents\n  %v\nthe handler serves\n  %v", documented, served)
+	}
+}

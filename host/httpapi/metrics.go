@@ -1,0 +1,51 @@
+package httpapi
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+
+	"github.com/agenthost/agenthost/host"
+)
+
+// metrics writes the runtime's counters in the Prometheus text format.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	st := h.rt.Stats()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	labeled(w, "agenthost_admissions_total", "Inputs admitted, by policy decision (start: the thread was idle).", "decision", st.Admissions)
+	labeled(w, "agenthost_runs_terminal_total", "Runs ended, by terminal reason.", "reason", st.Terminal)
+	counter(w, "agenthost_absorptions_total", "Queued runs absorbed by a completing run.", st.Absorptions)
+	counter(w, "agenthost_absorb_entries_dropped_total", "Absorb entries dropped at commit because they no longer held.", st.DroppedAbsorbs)
+	counter(w, "agenthost_policy_fallbacks_total", "Input policy calls that failed and fell back to queue.", st.PolicyFallbacks)
+	counter(w, "agenthost_runs_recovered_total", "Active runs of a gone owner queued again at start-up.", st.Recovered)
+	counter(w, "agenthost_commit_errors_total", "Terminal commits that failed and were retried.", st.CommitErrors)
+	var restarts int64
+	if h.opt.DriverRestarts != nil {
+		restarts = h.opt.DriverRestarts()
+	}
+	counter(w, "agenthost_driver_restarts_total", "Store driver subprocess restarts.", restarts)
+	fmt.Fprintf(w, "# HELP agenthost_store_commit_seconds Store driver commit latency.\n# TYPE agenthost_store_commit_seconds histogram\n")
+	for i, le := range host.LatencyBuckets {
+		fmt.Fprintf(w, "agenthost_store_commit_seconds_bucket{le=%q} %d\n", strconv.FormatFloat(le, 'g', -1, 64), st.CommitLatency.Counts[i])
+	}
+	fmt.Fprintf(w, "agenthost_store_commit_seconds_bucket{le=\"+Inf\"} %d\n", st.CommitLatency.Count)
+	fmt.Fprintf(w, "agenthost_store_commit_seconds_sum %g\nagenthost_store_commit_seconds_count %d\n", st.CommitLatency.Sum.Seconds(), st.CommitLatency.Count)
+}
+
+func counter(w io.Writer, name, help string, v int64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+}
+
+func labeled(w io.Writer, name, help, label string, m map[string]int64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s{%s=%q} %d\n", name, label, k, m[k])
+	}
+}
