@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the server's configuration. It comes from a YAML file
+// (--config), then AGENTHOST_* environment variables, then flags: each
+// later source wins. docs/config.md documents every field.
+type Config struct {
+	// Listen is the HTTP listen address.
+	Listen string `yaml:"listen" env:"AGENTHOST_LISTEN"`
+	// Token is the bearer token; required when Listen is not loopback.
+	Token string `yaml:"token" env:"AGENTHOST_TOKEN"`
+	// Data is the directory of the embedded store and the host's own files
+	// (driver certificates, compiled policy cache).
+	Data string `yaml:"data" env:"AGENTHOST_DATA"`
+	// Store is a built-in driver name (badgerstore, memstore) or the path of
+	// a driver binary.
+	Store string `yaml:"store" env:"AGENTHOST_STORE"`
+	// StoreConfig is passed to the driver at open (driver-specific).
+	StoreConfig map[string]string `yaml:"store_config"`
+	// Policy is a standard policy name (queue, interrupt, reject, inject,
+	// refine) or the path of a .wasm policy.
+	Policy string `yaml:"policy" env:"AGENTHOST_POLICY"`
+	// PolicyConfig is passed to the policy guest at load.
+	PolicyConfig string `yaml:"policy_config" env:"AGENTHOST_POLICY_CONFIG"`
+	// PrepareStep lists prepareStep hooks: standard names or .wasm paths.
+	PrepareStep []string `yaml:"prepare_step"`
+	// Model is "scripted", "scripted:FILE" or "openai".
+	Model string `yaml:"model" env:"AGENTHOST_MODEL"`
+	// OpenAI configures the openai model.
+	OpenAI OpenAIConfig `yaml:"openai"`
+	// System is the system prompt.
+	System string `yaml:"system" env:"AGENTHOST_SYSTEM"`
+	// Limits bound the runtime.
+	MaxSteps          int           `yaml:"max_steps" env:"AGENTHOST_MAX_STEPS"`
+	MaxConcurrentRuns int           `yaml:"max_concurrent_runs" env:"AGENTHOST_MAX_CONCURRENT_RUNS"`
+	MaxAttempts       int           `yaml:"max_attempts" env:"AGENTHOST_MAX_ATTEMPTS"`
+	MaxBodyBytes      int64         `yaml:"max_body_bytes" env:"AGENTHOST_MAX_BODY_BYTES"`
+	ShutdownTimeout   time.Duration `yaml:"shutdown_timeout" env:"AGENTHOST_SHUTDOWN_TIMEOUT"`
+	// LogFormat is "text" or "json".
+	LogFormat string `yaml:"log_format" env:"AGENTHOST_LOG_FORMAT"`
+}
+
+// OpenAIConfig configures an OpenAI-compatible chat completions endpoint.
+type OpenAIConfig struct {
+	BaseURL string `yaml:"base_url" env:"AGENTHOST_OPENAI_BASE_URL"`
+	Model   string `yaml:"model" env:"AGENTHOST_OPENAI_MODEL"`
+	// APIKey is read from this environment variable, never from the file.
+	APIKeyEnv string `yaml:"api_key_env" env:"AGENTHOST_OPENAI_API_KEY_ENV"`
+}
+
+// defaults is the embedded default: badgerstore in ./agenthost-data, the
+// refine policy, the scripted model, loopback.
+func defaults() Config {
+	return Config{
+		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
+		MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
+		LogFormat: "text", OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+	}
+}
+
+// loadConfig builds the configuration from the file (if any), the
+// environment and the flags already parsed into fs (only those set).
+func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, flagCfg *Config) (Config, error) {
+	cfg := defaults()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), env); err != nil {
+		return Config{}, err
+	}
+	// Flags win: copy each flag that was set.
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = flagCfg.Listen
+		case "token":
+			cfg.Token = flagCfg.Token
+		case "data":
+			cfg.Data = flagCfg.Data
+		case "store":
+			cfg.Store = flagCfg.Store
+		case "policy":
+			cfg.Policy = flagCfg.Policy
+		case "prepare-step":
+			cfg.PrepareStep = flagCfg.PrepareStep
+		case "model":
+			cfg.Model = flagCfg.Model
+		}
+	})
+	return cfg, cfg.validate()
+}
+
+func applyEnv(v reflect.Value, env func(string) (string, bool)) error {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			if err := applyEnv(fv, env); err != nil {
+				return err
+			}
+			continue
+		}
+		name := f.Tag.Get("env")
+		if name == "" {
+			continue
+		}
+		s, ok := env(name)
+		if !ok {
+			continue
+		}
+		switch {
+		case f.Type == reflect.TypeOf(time.Duration(0)):
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			fv.SetInt(int64(d))
+		case f.Type.Kind() == reflect.String:
+			fv.SetString(s)
+		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not a number", name, s)
+			}
+			fv.SetInt(n)
+		}
+	}
+	return nil
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen is empty"))
+	}
+	if c.Data == "" {
+		errs = append(errs, errors.New("data is empty"))
+	}
+	if c.Store == "" {
+		errs = append(errs, errors.New("store is empty"))
+	}
+	if c.Model != "scripted" && c.Model != "openai" && !strings.HasPrefix(c.Model, "scripted:") {
+		errs = append(errs, fmt.Errorf("model %q: want scripted, scripted:FILE or openai", c.Model))
+	}
+	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 {
+		errs = append(errs, errors.New("max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))
+	}
+	if c.Model == "openai" && c.OpenAI.Model == "" {
+		errs = append(errs, errors.New("model openai needs openai.model"))
+	}
+	return errors.Join(errs...)
+}
