@@ -657,4 +657,3 @@ func testClose(t *testing.T, d driver.Driver) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
-
