@@ -23,6 +23,12 @@ const PluginName = "store"
 // A larger request fails with driver.ErrTooLarge.
 const MaxMessageSize = 64 << 20
 
+// MaxBatchBytes bounds the encoded size of one committed batch: Server
+// refuses a larger one with driver.ErrTooLarge before the driver sees it.
+// Replies (pages of history, lists of runs) may be larger, up to
+// MaxMessageSize.
+const MaxBatchBytes = 8 << 20
+
 // Handshake is the go-plugin handshake of a store driver. Its protocol
 // version is the base version; the store protocol version is negotiated
 // through VersionedPlugins (see PluginSets).

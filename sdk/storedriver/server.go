@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/abi/storepb"
@@ -107,6 +109,9 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 	}
 	if req.GetBatch() == nil {
 		return nil, ToStatus(fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument))
+	}
+	if n := proto.Size(req.GetBatch()); n > MaxBatchBytes {
+		return nil, ToStatus(fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes))
 	}
 	v, err := d.Commit(ctx, BatchFromProto(req.GetBatch()))
 	if err != nil {
