@@ -57,25 +57,45 @@ func TestContract(t *testing.T) {
 	}
 }
 
-// TestBuiltin runs the contract on a driver served by this test binary
-// re-executed as a subprocess, as the agenthost binary serves its own.
+// TestBuiltin runs drivers served by this test binary re-executed as a
+// subprocess, as the agenthost binary serves its own: the whole contract on
+// memstore, and a commit read back across a relaunch on badgerstore (each
+// launch of a test binary built with -race is slow).
 func TestBuiltin(t *testing.T) {
-	for _, name := range drivers {
-		t.Run(name, func(t *testing.T) {
-			storedrivertest.Run(t, func(t *testing.T) driver.Driver {
-				var dc map[string]string
-				if name == "badgerstore" {
-					dc = map[string]string{"dir": t.TempDir()}
-				}
-				cfg, err := driverhost.Builtin(name, dc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.Logger = quiet
-				return launch(t, cfg)
-			})
-		})
+	ctx := context.Background()
+	builtin := func(t *testing.T, name string, dc map[string]string) *driverhost.Driver {
+		cfg, err := driverhost.Builtin(name, dc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Logger = quiet
+		return launch(t, cfg)
 	}
+	t.Run("memstore", func(t *testing.T) {
+		storedrivertest.Run(t, func(t *testing.T) driver.Driver { return builtin(t, "memstore", nil) })
+	})
+	t.Run("badgerstore", func(t *testing.T) {
+		dc := map[string]string{"dir": t.TempDir()}
+		d := builtin(t, "badgerstore", dc)
+		info, err := d.Info(ctx)
+		if err != nil || info.Name != "badgerstore" || !info.Durable {
+			t.Fatalf("Info = %+v, %v", info, err)
+		}
+		if _, err := d.Commit(ctx, wholeBatch("th", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d = builtin(t, "badgerstore", dc)
+		snap, err := d.LoadThread(ctx, "th")
+		if err != nil || snap.Thread.Version != 1 {
+			t.Fatalf("after relaunch: %+v, %v", snap.Thread, err)
+		}
+		if err := d.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if _, err := driverhost.Builtin("nosuch", nil); err == nil {
 		t.Fatal("Builtin of an unknown driver: no error")
 	}

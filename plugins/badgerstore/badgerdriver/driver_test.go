@@ -207,3 +207,14 @@ func TestCloseWithQueuedCommits(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// BenchmarkCommit: group commit in process, with SyncWrites on.
+func BenchmarkCommit(b *testing.B) {
+	for _, threads := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			d := open(b, b.TempDir())
+			defer d.Close(context.Background())
+			storedrivertest.BenchCommits(b, d, threads)
+		})
+	}
+}
