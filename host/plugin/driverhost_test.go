@@ -27,6 +27,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 // config returns the launch config of driver name, on dir for badgerstore.
 func config(t testing.TB, name, dir string) driverhost.Config {
 	t.Helper()
+	needBins(t)
 	cfg := driverhost.Config{Path: bins[name], Logger: quiet}
 	if name == "badgerstore" {
 		cfg.DriverConfig = map[string]string{"dir": dir}

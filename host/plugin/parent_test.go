@@ -28,6 +28,7 @@ func parentMain() int {
 
 // TestParentDeath: a driver whose host is killed with SIGKILL ends.
 func TestParentDeath(t *testing.T) {
+	needBins(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
