@@ -1019,6 +1019,165 @@ func (x *CommitResponse) GetVersion() int64 {
 	return 0
 }
 
+type CommitManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*Batch               `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitManyRequest) Reset() {
+	*x = CommitManyRequest{}
+	mi := &file_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitManyRequest) ProtoMessage() {}
+
+func (x *CommitManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitManyRequest.ProtoReflect.Descriptor instead.
+func (*CommitManyRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CommitManyRequest) GetBatches() []*Batch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type CommitManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CommitResult        `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitManyResponse) Reset() {
+	*x = CommitManyResponse{}
+	mi := &file_store_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitManyResponse) ProtoMessage() {}
+
+func (x *CommitManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitManyResponse.ProtoReflect.Descriptor instead.
+func (*CommitManyResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CommitManyResponse) GetResults() []*CommitResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CommitResult is the outcome of one batch of a CommitMany: the new version,
+// or the error the batch failed with, as Commit would have returned it
+// (the gRPC code, the status message, and the ErrorInfo reason).
+type CommitResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitResult) Reset() {
+	*x = CommitResult{}
+	mi := &file_store_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitResult) ProtoMessage() {}
+
+func (x *CommitResult) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
+func (*CommitResult) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CommitResult) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CommitResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CommitResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CommitResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type GetRunsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
@@ -1028,7 +1187,7 @@ type GetRunsRequest struct {
 
 func (x *GetRunsRequest) Reset() {
 	*x = GetRunsRequest{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1199,7 @@ func (x *GetRunsRequest) String() string {
 func (*GetRunsRequest) ProtoMessage() {}
 
 func (x *GetRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1212,7 @@ func (x *GetRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunsRequest.ProtoReflect.Descriptor instead.
 func (*GetRunsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetRunsRequest) GetIds() []string {
@@ -1072,7 +1231,7 @@ type GetRunsResponse struct {
 
 func (x *GetRunsResponse) Reset() {
 	*x = GetRunsResponse{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1243,7 @@ func (x *GetRunsResponse) String() string {
 func (*GetRunsResponse) ProtoMessage() {}
 
 func (x *GetRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1256,7 @@ func (x *GetRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunsResponse.ProtoReflect.Descriptor instead.
 func (*GetRunsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRunsResponse) GetRuns() []*Run {
@@ -1117,7 +1276,7 @@ type GetIdempotencyRequest struct {
 
 func (x *GetIdempotencyRequest) Reset() {
 	*x = GetIdempotencyRequest{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1288,7 @@ func (x *GetIdempotencyRequest) String() string {
 func (*GetIdempotencyRequest) ProtoMessage() {}
 
 func (x *GetIdempotencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1301,7 @@ func (x *GetIdempotencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIdempotencyRequest.ProtoReflect.Descriptor instead.
 func (*GetIdempotencyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetIdempotencyRequest) GetThreadId() string {
@@ -1168,7 +1327,7 @@ type GetIdempotencyResponse struct {
 
 func (x *GetIdempotencyResponse) Reset() {
 	*x = GetIdempotencyResponse{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1339,7 @@ func (x *GetIdempotencyResponse) String() string {
 func (*GetIdempotencyResponse) ProtoMessage() {}
 
 func (x *GetIdempotencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1352,7 @@ func (x *GetIdempotencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIdempotencyResponse.ProtoReflect.Descriptor instead.
 func (*GetIdempotencyResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetIdempotencyResponse) GetRecord() *Idempotency {
@@ -1214,7 +1373,7 @@ type ReadHistoryRequest struct {
 
 func (x *ReadHistoryRequest) Reset() {
 	*x = ReadHistoryRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1385,7 @@ func (x *ReadHistoryRequest) String() string {
 func (*ReadHistoryRequest) ProtoMessage() {}
 
 func (x *ReadHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1398,7 @@ func (x *ReadHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ReadHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadHistoryRequest) GetThreadId() string {
@@ -1272,7 +1431,7 @@ type ReadHistoryResponse struct {
 
 func (x *ReadHistoryResponse) Reset() {
 	*x = ReadHistoryResponse{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1443,7 @@ func (x *ReadHistoryResponse) String() string {
 func (*ReadHistoryResponse) ProtoMessage() {}
 
 func (x *ReadHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1456,7 @@ func (x *ReadHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ReadHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadHistoryResponse) GetMessages() []*Message {
@@ -1318,7 +1477,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1489,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1502,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRunsRequest) GetState() string {
@@ -1376,7 +1535,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1547,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1560,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1419,7 +1578,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1590,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1603,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 type CloseResponse struct {
@@ -1455,7 +1614,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1626,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1639,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 var File_store_proto protoreflect.FileDescriptor
@@ -1579,7 +1738,16 @@ const file_store_proto_rawDesc = "" +
 	"\rCommitRequest\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x19.agenthost.store.v1.BatchR\x05batch\"*\n" +
 	"\x0eCommitResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x03R\aversion\"\"\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\"H\n" +
+	"\x11CommitManyRequest\x123\n" +
+	"\abatches\x18\x01 \x03(\v2\x19.agenthost.store.v1.BatchR\abatches\"P\n" +
+	"\x12CommitManyResponse\x12:\n" +
+	"\aresults\x18\x01 \x03(\v2 .agenthost.store.v1.CommitResultR\aresults\"n\n" +
+	"\fCommitResult\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\"\n" +
 	"\x0eGetRunsRequest\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\">\n" +
 	"\x0fGetRunsResponse\x12+\n" +
@@ -1602,13 +1770,15 @@ const file_store_proto_rawDesc = "" +
 	"\x10ListRunsResponse\x12+\n" +
 	"\x04runs\x18\x01 \x03(\v2\x17.agenthost.store.v1.RunR\x04runs\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
-	"\rCloseResponse2\x8d\x06\n" +
+	"\rCloseResponse2\xea\x06\n" +
 	"\x05Store\x12I\n" +
 	"\x04Open\x12\x1f.agenthost.store.v1.OpenRequest\x1a .agenthost.store.v1.OpenResponse\x12I\n" +
 	"\x04Info\x12\x1f.agenthost.store.v1.InfoRequest\x1a .agenthost.store.v1.InfoResponse\x12[\n" +
 	"\n" +
 	"LoadThread\x12%.agenthost.store.v1.LoadThreadRequest\x1a&.agenthost.store.v1.LoadThreadResponse\x12O\n" +
-	"\x06Commit\x12!.agenthost.store.v1.CommitRequest\x1a\".agenthost.store.v1.CommitResponse\x12R\n" +
+	"\x06Commit\x12!.agenthost.store.v1.CommitRequest\x1a\".agenthost.store.v1.CommitResponse\x12[\n" +
+	"\n" +
+	"CommitMany\x12%.agenthost.store.v1.CommitManyRequest\x1a&.agenthost.store.v1.CommitManyResponse\x12R\n" +
 	"\aGetRuns\x12\".agenthost.store.v1.GetRunsRequest\x1a#.agenthost.store.v1.GetRunsResponse\x12g\n" +
 	"\x0eGetIdempotency\x12).agenthost.store.v1.GetIdempotencyRequest\x1a*.agenthost.store.v1.GetIdempotencyResponse\x12^\n" +
 	"\vReadHistory\x12&.agenthost.store.v1.ReadHistoryRequest\x1a'.agenthost.store.v1.ReadHistoryResponse\x12U\n" +
@@ -1627,7 +1797,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_store_proto_goTypes = []any{
 	(*Thread)(nil),                 // 0: agenthost.store.v1.Thread
 	(*Run)(nil),                    // 1: agenthost.store.v1.Run
@@ -1643,64 +1813,71 @@ var file_store_proto_goTypes = []any{
 	(*LoadThreadResponse)(nil),     // 11: agenthost.store.v1.LoadThreadResponse
 	(*CommitRequest)(nil),          // 12: agenthost.store.v1.CommitRequest
 	(*CommitResponse)(nil),         // 13: agenthost.store.v1.CommitResponse
-	(*GetRunsRequest)(nil),         // 14: agenthost.store.v1.GetRunsRequest
-	(*GetRunsResponse)(nil),        // 15: agenthost.store.v1.GetRunsResponse
-	(*GetIdempotencyRequest)(nil),  // 16: agenthost.store.v1.GetIdempotencyRequest
-	(*GetIdempotencyResponse)(nil), // 17: agenthost.store.v1.GetIdempotencyResponse
-	(*ReadHistoryRequest)(nil),     // 18: agenthost.store.v1.ReadHistoryRequest
-	(*ReadHistoryResponse)(nil),    // 19: agenthost.store.v1.ReadHistoryResponse
-	(*ListRunsRequest)(nil),        // 20: agenthost.store.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),       // 21: agenthost.store.v1.ListRunsResponse
-	(*CloseRequest)(nil),           // 22: agenthost.store.v1.CloseRequest
-	(*CloseResponse)(nil),          // 23: agenthost.store.v1.CloseResponse
-	nil,                            // 24: agenthost.store.v1.Message.MetadataEntry
-	nil,                            // 25: agenthost.store.v1.OpenRequest.ConfigEntry
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*CommitManyRequest)(nil),      // 14: agenthost.store.v1.CommitManyRequest
+	(*CommitManyResponse)(nil),     // 15: agenthost.store.v1.CommitManyResponse
+	(*CommitResult)(nil),           // 16: agenthost.store.v1.CommitResult
+	(*GetRunsRequest)(nil),         // 17: agenthost.store.v1.GetRunsRequest
+	(*GetRunsResponse)(nil),        // 18: agenthost.store.v1.GetRunsResponse
+	(*GetIdempotencyRequest)(nil),  // 19: agenthost.store.v1.GetIdempotencyRequest
+	(*GetIdempotencyResponse)(nil), // 20: agenthost.store.v1.GetIdempotencyResponse
+	(*ReadHistoryRequest)(nil),     // 21: agenthost.store.v1.ReadHistoryRequest
+	(*ReadHistoryResponse)(nil),    // 22: agenthost.store.v1.ReadHistoryResponse
+	(*ListRunsRequest)(nil),        // 23: agenthost.store.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),       // 24: agenthost.store.v1.ListRunsResponse
+	(*CloseRequest)(nil),           // 25: agenthost.store.v1.CloseRequest
+	(*CloseResponse)(nil),          // 26: agenthost.store.v1.CloseResponse
+	nil,                            // 27: agenthost.store.v1.Message.MetadataEntry
+	nil,                            // 28: agenthost.store.v1.OpenRequest.ConfigEntry
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
 }
 var file_store_proto_depIdxs = []int32{
-	26, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	26, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	26, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
+	29, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	29, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	29, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agenthost.store.v1.Message.tool_calls:type_name -> agenthost.store.v1.ToolCall
-	24, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
-	26, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	26, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
+	27, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
+	29, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	29, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: agenthost.store.v1.Batch.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 9: agenthost.store.v1.Batch.runs:type_name -> agenthost.store.v1.Run
 	3,  // 10: agenthost.store.v1.Batch.messages:type_name -> agenthost.store.v1.Message
 	4,  // 11: agenthost.store.v1.Batch.idempotency:type_name -> agenthost.store.v1.Idempotency
-	25, // 12: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
+	28, // 12: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
 	0,  // 13: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 14: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
 	5,  // 15: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
-	1,  // 16: agenthost.store.v1.GetRunsResponse.runs:type_name -> agenthost.store.v1.Run
-	4,  // 17: agenthost.store.v1.GetIdempotencyResponse.record:type_name -> agenthost.store.v1.Idempotency
-	3,  // 18: agenthost.store.v1.ReadHistoryResponse.messages:type_name -> agenthost.store.v1.Message
-	1,  // 19: agenthost.store.v1.ListRunsResponse.runs:type_name -> agenthost.store.v1.Run
-	6,  // 20: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
-	8,  // 21: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
-	10, // 22: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
-	12, // 23: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
-	14, // 24: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
-	16, // 25: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
-	18, // 26: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
-	20, // 27: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
-	22, // 28: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
-	7,  // 29: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	9,  // 30: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	11, // 31: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	13, // 32: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	15, // 33: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	17, // 34: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	19, // 35: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	21, // 36: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	23, // 37: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	5,  // 16: agenthost.store.v1.CommitManyRequest.batches:type_name -> agenthost.store.v1.Batch
+	16, // 17: agenthost.store.v1.CommitManyResponse.results:type_name -> agenthost.store.v1.CommitResult
+	1,  // 18: agenthost.store.v1.GetRunsResponse.runs:type_name -> agenthost.store.v1.Run
+	4,  // 19: agenthost.store.v1.GetIdempotencyResponse.record:type_name -> agenthost.store.v1.Idempotency
+	3,  // 20: agenthost.store.v1.ReadHistoryResponse.messages:type_name -> agenthost.store.v1.Message
+	1,  // 21: agenthost.store.v1.ListRunsResponse.runs:type_name -> agenthost.store.v1.Run
+	6,  // 22: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
+	8,  // 23: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
+	10, // 24: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
+	12, // 25: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
+	14, // 26: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
+	17, // 27: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
+	19, // 28: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
+	21, // 29: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
+	23, // 30: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
+	25, // 31: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
+	7,  // 32: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	9,  // 33: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	11, // 34: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	13, // 35: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	15, // 36: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	18, // 37: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	20, // 38: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	22, // 39: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	24, // 40: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	26, // 41: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -1714,7 +1891,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Store_Info_FullMethodName           = "/agenthost.store.v1.Store/Info"
 	Store_LoadThread_FullMethodName     = "/agenthost.store.v1.Store/LoadThread"
 	Store_Commit_FullMethodName         = "/agenthost.store.v1.Store/Commit"
+	Store_CommitMany_FullMethodName     = "/agenthost.store.v1.Store/CommitMany"
 	Store_GetRuns_FullMethodName        = "/agenthost.store.v1.Store/GetRuns"
 	Store_GetIdempotency_FullMethodName = "/agenthost.store.v1.Store/GetIdempotency"
 	Store_ReadHistory_FullMethodName    = "/agenthost.store.v1.Store/ReadHistory"
@@ -52,6 +53,11 @@ type StoreClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	LoadThread(ctx context.Context, in *LoadThreadRequest, opts ...grpc.CallOption) (*LoadThreadResponse, error)
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
+	// CommitMany commits several batches, each on its own: the reply holds one
+	// result per batch, in order, and one batch's failure is not another's.
+	// The host uses it to send concurrent commits in one round trip; a driver
+	// commits them concurrently (a grouping driver then groups them).
+	CommitMany(ctx context.Context, in *CommitManyRequest, opts ...grpc.CallOption) (*CommitManyResponse, error)
 	GetRuns(ctx context.Context, in *GetRunsRequest, opts ...grpc.CallOption) (*GetRunsResponse, error)
 	GetIdempotency(ctx context.Context, in *GetIdempotencyRequest, opts ...grpc.CallOption) (*GetIdempotencyResponse, error)
 	ReadHistory(ctx context.Context, in *ReadHistoryRequest, opts ...grpc.CallOption) (*ReadHistoryResponse, error)
@@ -102,6 +108,16 @@ func (c *storeClient) Commit(ctx context.Context, in *CommitRequest, opts ...grp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CommitResponse)
 	err := c.cc.Invoke(ctx, Store_Commit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) CommitMany(ctx context.Context, in *CommitManyRequest, opts ...grpc.CallOption) (*CommitManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitManyResponse)
+	err := c.cc.Invoke(ctx, Store_CommitMany_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +184,11 @@ type StoreServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	LoadThread(context.Context, *LoadThreadRequest) (*LoadThreadResponse, error)
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
+	// CommitMany commits several batches, each on its own: the reply holds one
+	// result per batch, in order, and one batch's failure is not another's.
+	// The host uses it to send concurrent commits in one round trip; a driver
+	// commits them concurrently (a grouping driver then groups them).
+	CommitMany(context.Context, *CommitManyRequest) (*CommitManyResponse, error)
 	GetRuns(context.Context, *GetRunsRequest) (*GetRunsResponse, error)
 	GetIdempotency(context.Context, *GetIdempotencyRequest) (*GetIdempotencyResponse, error)
 	ReadHistory(context.Context, *ReadHistoryRequest) (*ReadHistoryResponse, error)
@@ -195,6 +216,9 @@ func (UnimplementedStoreServer) LoadThread(context.Context, *LoadThreadRequest) 
 }
 func (UnimplementedStoreServer) Commit(context.Context, *CommitRequest) (*CommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Commit not implemented")
+}
+func (UnimplementedStoreServer) CommitMany(context.Context, *CommitManyRequest) (*CommitManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitMany not implemented")
 }
 func (UnimplementedStoreServer) GetRuns(context.Context, *GetRunsRequest) (*GetRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRuns not implemented")
@@ -300,6 +324,24 @@ func _Store_Commit_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StoreServer).Commit(ctx, req.(*CommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_CommitMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).CommitMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_CommitMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).CommitMany(ctx, req.(*CommitManyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -416,6 +458,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Commit",
 			Handler:    _Store_Commit_Handler,
+		},
+		{
+			MethodName: "CommitMany",
+			Handler:    _Store_CommitMany_Handler,
 		},
 		{
 			MethodName: "GetRuns",

@@ -3,8 +3,10 @@ package driverhost_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
+	"github.com/agenthost/agenthost/sdk/storedriver"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
@@ -14,7 +16,11 @@ func BenchmarkCommit(b *testing.B) {
 	for _, name := range drivers {
 		for _, threads := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/threads=%d", name, threads), func(b *testing.B) {
-				d := launch(b, config(b, name, b.TempDir()))
+				cfg := config(b, name, b.TempDir())
+				if p := os.Getenv("BENCH_DRIVER_PROFILE"); p != "" {
+					cfg.Env = append(cfg.Env, storedriver.CPUProfileEnv+"="+p)
+				}
+				d := launch(b, cfg)
 				storedrivertest.BenchCommits(b, d, threads)
 				if err := d.Close(context.Background()); err != nil {
 					b.Fatal(err)

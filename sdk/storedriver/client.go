@@ -19,6 +19,7 @@ import (
 type Client struct {
 	c      storepb.StoreClient
 	closed atomic.Bool
+	co     coalescer
 }
 
 var _ driver.Driver = (*Client)(nil)
@@ -89,16 +90,13 @@ func (c *Client) LoadThread(ctx context.Context, threadID string) (driver.Thread
 	return snap, nil
 }
 
-// Commit implements driver.Driver.
+// Commit implements driver.Driver. Concurrent commits share round trips
+// (see coalesce.go); each still has its own outcome.
 func (c *Client) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	if err := c.check(); err != nil {
 		return 0, err
 	}
-	r, err := c.c.Commit(ctx, &storepb.CommitRequest{Batch: BatchToProto(b)}, callOpts...)
-	if err != nil {
-		return 0, c.fail(ctx, err)
-	}
-	return r.Version, nil
+	return c.commit(ctx, BatchToProto(b))
 }
 
 // GetRuns implements driver.Driver.

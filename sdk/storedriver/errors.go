@@ -114,3 +114,26 @@ func FromStatus(err error) error {
 	}
 	return errors.New("store driver: " + st.Code().String() + ": " + st.Message())
 }
+
+// errorFields is the wire form of an error inside a reply (CommitResult):
+// ToStatus's code, message and ErrorInfo reason.
+func errorFields(err error) (code int32, msg, reason string) {
+	st, _ := status.FromError(ToStatus(err))
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			reason = info.Reason
+		}
+	}
+	return int32(st.Code()), st.Message(), reason
+}
+
+// errorFromFields is the inverse of errorFields, through FromStatus.
+func errorFromFields(code int32, msg, reason string) error {
+	st := status.New(codes.Code(code), msg)
+	if reason != "" {
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+			st = d
+		}
+	}
+	return FromStatus(st.Err())
+}

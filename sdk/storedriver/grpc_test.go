@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-plugin"
@@ -32,11 +33,9 @@ var memFactory = storedriver.FactoryFunc(func(ctx context.Context, config map[st
 // a server of f.
 func connect(t *testing.T, f storedriver.Factory) *storedriver.Client {
 	t.Helper()
-	client, server := plugin.TestPluginGRPCConn(t, false, storedriver.PluginSets(storedriver.NewServer(f))[driver.ProtocolVersion])
-	t.Cleanup(func() {
-		client.Close()
-		server.Stop()
-	})
+	client, _ := plugin.TestPluginGRPCConn(t, false, storedriver.PluginSets(storedriver.NewServer(f))[driver.ProtocolVersion])
+	// Closing the client shuts the server down (go-plugin's controller).
+	t.Cleanup(func() { client.Close() })
 	raw, err := client.Dispense(storedriver.PluginName)
 	if err != nil {
 		t.Fatal(err)
@@ -111,5 +110,50 @@ func TestTooLarge(t *testing.T) {
 	snap, err := c.LoadThread(ctx, "t")
 	if err != nil || snap.Thread.Version != 0 {
 		t.Fatalf("after a refused commit: %+v, %v", snap, err)
+	}
+}
+
+// TestConcurrentCommitsOwnResults: concurrent commits share round trips
+// (CommitMany); each still gets its own result, good or bad.
+func TestConcurrentCommitsOwnResults(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, memFactory)
+	if err := c.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			th := fmt.Sprintf("t%d", i)
+			b := driver.Batch{CommitID: "c", ThreadID: th, Thread: record.Thread{ID: th, Version: 1, LastCommitID: "c"},
+				Messages: []record.Message{{ID: "m-" + th, ThreadID: th, Seq: 1}}}
+			switch i % 3 {
+			case 1:
+				b.ExpectedVersion, b.Thread.Version = 5, 6 // conflict
+			case 2:
+				b.Messages[0].ID = "" // invalid
+			}
+			_, errs[i] = c.Commit(ctx, b)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		want := []error{nil, driver.ErrVersionConflict, driver.ErrInvalidArgument}[i%3]
+		if (want == nil && err != nil) || (want != nil && !errors.Is(err, want)) {
+			t.Fatalf("commit %d: %v, want %v", i, err, want)
+		}
+		snap, err := c.LoadThread(ctx, fmt.Sprintf("t%d", i))
+		if err != nil || (snap.Thread.Version == 1) != (want == nil) {
+			t.Fatalf("thread t%d after its commit: %+v, %v", i, snap.Thread, err)
+		}
+	}
+	// A commit whose context is already done is not sent.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	b := driver.Batch{CommitID: "c", ThreadID: "tc", Thread: record.Thread{ID: "tc", Version: 1, LastCommitID: "c"}}
+	if _, err := c.Commit(cctx, b); !errors.Is(err, context.Canceled) {
+		t.Fatalf("commit with a canceled context: %v", err)
 	}
 }

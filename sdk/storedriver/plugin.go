@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -94,12 +95,15 @@ const closeTimeout = 10 * time.Second
 // parent process everywhere) or on SIGTERM.
 func Serve(f Factory) {
 	logger := Logger("driver")
+	startProfile(logger)
 	srv := NewServer(f)
 	stop := func(why string) {
 		logger.Info("ending the driver process", "reason", why)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
-		if err := srv.CloseDriver(ctx); err != nil {
+		err := srv.CloseDriver(ctx)
+		stopProfile()
+		if err != nil {
 			logger.Error("closing the driver", "error", err)
 			os.Exit(1)
 		}
@@ -123,5 +127,32 @@ func Serve(f Factory) {
 	defer cancel()
 	if err := srv.CloseDriver(ctx); err != nil {
 		logger.Error("closing the driver", "error", err)
+	}
+	stopProfile()
+}
+
+// CPUProfileEnv names a file to write a CPU profile of the driver process
+// to, for the life of Serve (diagnostics; the host must pass it in the
+// driver's environment).
+const CPUProfileEnv = "AGENTHOST_DRIVER_CPUPROFILE"
+
+var stopProfile = func() {}
+
+func startProfile(logger hclog.Logger) {
+	path := os.Getenv(CPUProfileEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		logger.Error("starting the CPU profile", "error", err)
+		return
+	}
+	stopProfile = func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}
 }

@@ -107,17 +107,44 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 	if err != nil {
 		return nil, err
 	}
-	if req.GetBatch() == nil {
-		return nil, ToStatus(fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument))
-	}
-	if n := proto.Size(req.GetBatch()); n > MaxBatchBytes {
-		return nil, ToStatus(fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes))
-	}
-	v, err := d.Commit(ctx, BatchFromProto(req.GetBatch()))
+	v, err := commitOne(ctx, d, req.GetBatch())
 	if err != nil {
 		return nil, ToStatus(err)
 	}
 	return &storepb.CommitResponse{Version: v}, nil
+}
+
+// CommitMany implements storepb.StoreServer: it commits the batches
+// concurrently, each with its own result.
+func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest) (*storepb.CommitManyResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	res := make([]*storepb.CommitResult, len(req.GetBatches()))
+	var wg sync.WaitGroup
+	for i, pb := range req.GetBatches() {
+		wg.Go(func() {
+			v, err := commitOne(ctx, d, pb)
+			r := &storepb.CommitResult{Version: v}
+			if err != nil {
+				r.Code, r.Message, r.Reason = errorFields(err)
+			}
+			res[i] = r
+		})
+	}
+	wg.Wait()
+	return &storepb.CommitManyResponse{Results: res}, nil
+}
+
+func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
+	if pb == nil {
+		return 0, fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
+	}
+	if n := proto.Size(pb); n > MaxBatchBytes {
+		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
+	}
+	return d.Commit(ctx, BatchFromProto(pb))
 }
 
 // GetRuns implements storepb.StoreServer.
