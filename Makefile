@@ -5,15 +5,29 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/...
 
-.PHONY: all build test test-unit test-race lint bench sim
+.PHONY: all build proto test test-unit test-race lint bench sim
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
 
 all: build
 
+# Driver binaries built by `make build`, as bin/agenthost-<name>.
+DRIVERS  ?= memstore badgerstore
+PROTOC   ?= protoc
+PROTO_INCLUDE ?= /usr/include
+
 build:
 	$(GO) build ./...
+	@mkdir -p $(BIN)
+	for d in $(DRIVERS); do $(GO) build -o $(BIN)/agenthost-$$d ./plugins/$$d || exit 1; done
+
+# Regenerate the store protocol's Go code. Needs protoc, protoc-gen-go and
+# protoc-gen-go-grpc on PATH (see abi/storepb/doc.go).
+proto:
+	cd abi/storepb && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(PROTOC) -I . -I $(PROTO_INCLUDE) \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto
 
 test: test-unit test-race
 

@@ -262,3 +262,12 @@ func (d *Driver) SetCommitHook(fn func(driver.Batch)) {
 	defer d.mu.Unlock()
 	d.commitFn = fn
 }
+
+// Factory opens a fresh in-memory driver; it is what the memstore plugin
+// serves. It takes no configuration.
+var Factory = storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+	for k := range config {
+		return nil, fmt.Errorf("%w: memstore config: unknown key %q (memstore takes no configuration)", driver.ErrInvalidArgument, k)
+	}
+	return New(), nil
+})

@@ -1,0 +1,41 @@
+package driverhost_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/agenthost/agenthost/sdk/storedriver"
+	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
+)
+
+// BenchmarkCommit: commits through the plugin subprocess, badgerstore with
+// SyncWrites on (its default) and group commit.
+func BenchmarkCommit(b *testing.B) {
+	for _, name := range drivers {
+		for _, threads := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/threads=%d", name, threads), func(b *testing.B) {
+				cfg := config(b, name, b.TempDir())
+				if p := os.Getenv("BENCH_DRIVER_PROFILE"); p != "" {
+					cfg.Env = append(cfg.Env, storedriver.CPUProfileEnv+"="+p)
+				}
+				d := launch(b, cfg)
+				storedrivertest.BenchCommits(b, d, threads)
+				if err := d.Close(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRoundTrip: one read through the plugin, from one goroutine.
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, name := range drivers {
+		b.Run(name, func(b *testing.B) {
+			d := launch(b, config(b, name, b.TempDir()))
+			storedrivertest.BenchRoundTrip(b, d)
+		})
+	}
+}

@@ -1,0 +1,13 @@
+// Package driverhost launches store drivers as go-plugin subprocesses and
+// hands the host a driver.Driver over them.
+//
+// Where to start: Launch starts a driver binary (pinned by its SHA-256,
+// spoken to over gRPC with automatic mutual TLS, without the host's
+// environment), sends it its configuration, and returns a *Driver. The
+// Driver restarts the subprocess when it dies: the call that finds it dead
+// fails with driver.ErrUnavailable, and the next call runs on a fresh
+// process. The subprocess's logs arrive in the host's log/slog logger.
+//
+// Builtin and ServeBuiltin let one binary serve the built-in drivers
+// (memstore, badgerstore) by re-executing itself as the subprocess.
+package driverhost

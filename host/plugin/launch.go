@@ -1,0 +1,354 @@
+package driverhost
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/sdk/storedriver"
+)
+
+// Config says which driver binary to launch and how.
+type Config struct {
+	// Path is the driver binary.
+	Path string
+	// Args are its arguments.
+	Args []string
+	// Env is its whole environment: the host's is not passed on
+	// (go-plugin SkipHostEnv), only this and go-plugin's own variables.
+	Env []string
+	// DriverConfig is sent to the driver at open (see the driver's docs).
+	DriverConfig map[string]string
+	// Logger receives the driver's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// StartTimeout bounds the start of the process. Default 30s.
+	StartTimeout time.Duration
+	// RestartBackoff is the least time between two failed starts. Default 1s.
+	RestartBackoff time.Duration
+
+	// protocolVersions overrides the protocol versions offered (tests).
+	protocolVersions []int
+}
+
+// Driver is a store driver running in a subprocess. It implements
+// driver.Driver and restarts the subprocess when it dies. It is safe for
+// concurrent use.
+type Driver struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.RWMutex
+	cur      *instance // nil after a failed restart
+	closed   bool
+	lastFail time.Time
+	starts   int
+}
+
+// instance is one running subprocess.
+type instance struct {
+	pc      *plugin.Client
+	rpc     plugin.ClientProtocol
+	c       *storedriver.Client
+	suspect chan struct{} // closed when a call found the driver unreachable
+	once    sync.Once
+}
+
+func (in *instance) markSuspect() { in.once.Do(func() { close(in.suspect) }) }
+
+func (in *instance) isSuspect() bool {
+	select {
+	case <-in.suspect:
+		return true
+	default:
+		return false
+	}
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// Launch starts the driver binary, opens the driver with cfg.DriverConfig,
+// and returns it. A failure to start, a checksum mismatch, a handshake
+// refused (e.g. no common protocol version) or a refused config is an
+// error, and leaves no process behind.
+func Launch(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("%w: no driver binary", driver.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.RestartBackoff <= 0 {
+		cfg.RestartBackoff = time.Second
+	}
+	if len(cfg.protocolVersions) == 0 {
+		cfg.protocolVersions = []int{driver.ProtocolVersion}
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path)}
+	in, err := d.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.cur = in
+	return d, nil
+}
+
+// checksum returns the SHA-256 of the binary at path.
+func checksum(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
+
+// start launches one subprocess and opens the driver in it.
+func (d *Driver) start(ctx context.Context) (*instance, error) {
+	sum, err := checksum(d.cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("driver binary: %w", err)
+	}
+	cmd := exec.Command(d.cfg.Path, d.cfg.Args...)
+	cmd.Env = append([]string{}, d.cfg.Env...)
+	sets := map[int]plugin.PluginSet{}
+	for _, v := range d.cfg.protocolVersions {
+		sets[v] = storedriver.PluginSets(nil)[driver.ProtocolVersion]
+	}
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  storedriver.Handshake,
+		VersionedPlugins: sets,
+		Cmd:              cmd,
+		// A fresh hash per SecureConfig: Check writes into it.
+		SecureConfig:     &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()},
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		StartTimeout:     d.cfg.StartTimeout,
+		Logger:           hclogToSlog(d.log, "driver"),
+		Managed:          false,
+	})
+	fail := func(err error) (*instance, error) {
+		pc.Kill()
+		return nil, err
+	}
+	rpc, err := pc.Client()
+	if err != nil {
+		return fail(fmt.Errorf("starting driver %s: %w", d.cfg.Path, err))
+	}
+	if v := pc.NegotiatedVersion(); v != driver.ProtocolVersion {
+		return fail(fmt.Errorf("driver %s speaks store protocol version %d, not %d", d.cfg.Path, v, driver.ProtocolVersion))
+	}
+	raw, err := rpc.Dispense(storedriver.PluginName)
+	if err != nil {
+		return fail(fmt.Errorf("driver %s: %w", d.cfg.Path, err))
+	}
+	c, ok := raw.(*storedriver.Client)
+	if !ok {
+		return fail(fmt.Errorf("driver %s: unexpected plugin type %T", d.cfg.Path, raw))
+	}
+	if err := c.Open(ctx, d.cfg.DriverConfig); err != nil {
+		return fail(fmt.Errorf("opening driver %s: %w", d.cfg.Path, err))
+	}
+	d.starts++
+	return &instance{pc: pc, rpc: rpc, c: c, suspect: make(chan struct{})}, nil
+}
+
+// Starts reports how many times the driver process was started.
+func (d *Driver) Starts() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.starts
+}
+
+// Pid returns the process id of the running driver process, 0 if none.
+func (d *Driver) Pid() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.cur == nil {
+		return 0
+	}
+	if rc := d.cur.pc.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// healthy reports whether in can serve calls.
+func healthy(in *instance) bool {
+	if in == nil || in.pc.Exited() {
+		return false
+	}
+	if in.isSuspect() {
+		return in.rpc.Ping() == nil
+	}
+	return true
+}
+
+// get returns the running instance, restarting the process if it died.
+func (d *Driver) get(ctx context.Context) (*instance, error) {
+	d.mu.RLock()
+	in, closed := d.cur, d.closed
+	d.mu.RUnlock()
+	if closed {
+		return nil, driver.ErrClosed
+	}
+	if in != nil && !in.isSuspect() && !in.pc.Exited() {
+		return in, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, driver.ErrClosed
+	}
+	if healthy(d.cur) {
+		return d.cur, nil
+	}
+	if d.cur != nil {
+		d.log.Warn("store driver process is gone; restarting it")
+		d.cur.pc.Kill() // reap it
+		d.cur = nil
+	}
+	if time.Since(d.lastFail) < d.cfg.RestartBackoff {
+		return nil, fmt.Errorf("%w: driver %s is down (last restart failed %v ago)", driver.ErrUnavailable, d.cfg.Path, time.Since(d.lastFail).Round(time.Millisecond))
+	}
+	in, err := d.start(ctx)
+	if err != nil {
+		d.lastFail = time.Now()
+		d.log.Error("restarting the store driver", "error", err)
+		return nil, fmt.Errorf("%w: restarting driver: %v", driver.ErrUnavailable, err)
+	}
+	d.cur = in
+	return in, nil
+}
+
+// done inspects the error of a call made on in.
+func (d *Driver) done(in *instance, err error) error {
+	if errors.Is(err, driver.ErrUnavailable) || (errors.Is(err, driver.ErrClosed) && !d.isClosed()) {
+		in.markSuspect()
+		if errors.Is(err, driver.ErrClosed) {
+			return fmt.Errorf("%w: %v", driver.ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+func (d *Driver) isClosed() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.closed
+}
+
+// Info implements driver.Driver.
+func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	info, err := in.c.Info(ctx)
+	return info, d.done(in, err)
+}
+
+// LoadThread implements driver.Driver.
+func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.ThreadSnapshot, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return driver.ThreadSnapshot{}, err
+	}
+	s, err := in.c.LoadThread(ctx, threadID)
+	return s, d.done(in, err)
+}
+
+// Commit implements driver.Driver. A commit that fails with
+// driver.ErrUnavailable has an unknown outcome: read the thread's
+// LastCommitID to settle it.
+func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v, err := in.c.Commit(ctx, b)
+	return v, d.done(in, err)
+}
+
+// GetRuns implements driver.Driver.
+func (d *Driver) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := in.c.GetRuns(ctx, ids)
+	return rs, d.done(in, err)
+}
+
+// GetIdempotency implements driver.Driver.
+func (d *Driver) GetIdempotency(ctx context.Context, threadID, key string) (record.Idempotency, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return record.Idempotency{}, err
+	}
+	k, err := in.c.GetIdempotency(ctx, threadID, key)
+	return k, d.done(in, err)
+}
+
+// ReadHistory implements driver.Driver.
+func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int64, limit int) ([]record.Message, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := in.c.ReadHistory(ctx, threadID, afterSeq, limit)
+	return ms, d.done(in, err)
+}
+
+// ListRuns implements driver.Driver.
+func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after string, limit int) ([]record.Run, error) {
+	in, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := in.c.ListRuns(ctx, state, after, limit)
+	return rs, d.done(in, err)
+}
+
+// Close implements driver.Driver: it closes the driver in the subprocess
+// and ends the subprocess, waiting for it. Closing twice is not an error.
+func (d *Driver) Close(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	in := d.cur
+	d.cur = nil
+	if in == nil {
+		return nil
+	}
+	var err error
+	if !in.pc.Exited() {
+		err = in.c.Close(ctx)
+	}
+	in.pc.Kill()
+	if err != nil {
+		return fmt.Errorf("closing driver %s: %w", d.cfg.Path, err)
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package badgerdriver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/sdk/storedriver"
+)
+
+// Commits go through group commit: Commit encodes its batch and queues it;
+// one committer goroutine takes every queued batch (up to MaxGroup), applies
+// each in turn to one badger transaction, and commits that transaction, so
+// that a sync to disk acknowledges many batches.
+//
+// Every batch in a group is checked on its own, against what the earlier
+// members of the group wrote, and a batch that fails its checks writes
+// nothing: its failure is its own. A batch whose writes fail (too large)
+// poisons the transaction, so the committer throws it away and runs the
+// members before it again without it; when a transaction fails to commit,
+// the committer runs each member alone. Each batch reads its thread's header
+// inside the transaction, so badger's conflict detection covers it.
+
+// commitReq is one queued commit.
+type commitReq struct {
+	ctx  context.Context
+	b    driver.Batch
+	enc  encoded
+	done chan error
+}
+
+// encoded is a batch's values, encoded by the committing goroutine before
+// it queues.
+type encoded struct {
+	thread []byte // without the last-seq prefix
+	runs   [][]byte
+	msgs   [][]byte
+	idem   [][]byte
+	size   int
+}
+
+func encode(b driver.Batch) (encoded, error) {
+	var e encoded
+	var err error
+	marshal := func(m proto.Message) []byte {
+		if err != nil {
+			return nil
+		}
+		var v []byte
+		v, err = proto.Marshal(m)
+		e.size += len(v)
+		return v
+	}
+	e.thread = marshal(storedriver.ThreadToProto(b.Thread))
+	for _, r := range b.Runs {
+		e.runs = append(e.runs, marshal(storedriver.RunToProto(r)))
+	}
+	for _, m := range b.Messages {
+		e.msgs = append(e.msgs, marshal(storedriver.MessageToProto(m)))
+	}
+	for _, k := range b.Idempotency {
+		e.idem = append(e.idem, marshal(storedriver.IdempotencyToProto(k)))
+	}
+	return e, err
+}
+
+// Commit implements driver.Driver.
+func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	if err := storedriver.ValidateBatch(b); err != nil {
+		return 0, err
+	}
+	enc, err := encode(b)
+	if err != nil {
+		return 0, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
+	}
+	if enc.size > d.cfg.MaxBatchBytes {
+		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
+	}
+	req := &commitReq{ctx: ctx, b: b, enc: enc, done: make(chan error, 1)}
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		return 0, driver.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		d.mu.RUnlock()
+		return 0, err
+	}
+	d.reqs <- req
+	d.mu.RUnlock()
+	// Wait for the verdict even if ctx ends: the committer answers within
+	// one group, and an answer is better than an unknown outcome.
+	if err := <-req.done; err != nil {
+		return 0, err
+	}
+	return b.Thread.Version, nil
+}
+
+// committer applies queued commits a group at a time until reqs is closed.
+func (d *Driver) committer() {
+	defer close(d.committed)
+	group := make([]*commitReq, 0, d.cfg.MaxGroup)
+	for req := range d.reqs {
+		group = append(group[:0], req)
+	fill:
+		for len(group) < d.cfg.MaxGroup {
+			select {
+			case r, ok := <-d.reqs:
+				if !ok {
+					break fill
+				}
+				group = append(group, r)
+			default:
+				break fill
+			}
+		}
+		d.commitGroup(group)
+		clear(group)
+	}
+}
+
+// commitGroup commits the members of a group, each with its own verdict.
+func (d *Driver) commitGroup(pending []*commitReq) {
+	for len(pending) > 0 {
+		// Members whose context ended before they were applied are refused;
+		// nothing of theirs was written.
+		live := pending[:0:0]
+		for _, r := range pending {
+			if err := r.ctx.Err(); err != nil {
+				r.done <- err
+				continue
+			}
+			live = append(live, r)
+		}
+		pending = live
+		if len(pending) == 0 {
+			return
+		}
+
+		txn := d.db.NewTransaction(true)
+		verdicts := make([]error, 0, len(pending))
+		bad := -1 // the member whose writes failed, if any
+		var badErr error
+		for i, r := range pending {
+			wrote, err := d.apply(txn, r)
+			if wrote && err != nil {
+				bad, badErr = i, err
+				break
+			}
+			verdicts = append(verdicts, err)
+		}
+		if bad >= 0 {
+			txn.Discard()
+			if bad == 0 {
+				pending[0].done <- writeError(pending[0].b, badErr)
+				pending = pending[1:]
+			} else {
+				d.commitGroup(pending[:bad]) // they fit without it
+				pending = pending[bad:]      // it is tried again, alone first
+			}
+			continue
+		}
+		err := txn.Commit()
+		if err != nil && len(pending) > 1 {
+			// Do not let one member's failure answer for the others.
+			for _, r := range pending {
+				d.commitGroup([]*commitReq{r})
+			}
+			return
+		}
+		for i, r := range pending {
+			switch {
+			case err != nil && errors.Is(err, badger.ErrConflict):
+				r.done <- fmt.Errorf("%w: thread %s changed during the commit", driver.ErrVersionConflict, r.b.ThreadID)
+			case err != nil:
+				r.done <- fmt.Errorf("badgerstore: commit: %w", err)
+			default:
+				r.done <- verdicts[i]
+			}
+		}
+		return
+	}
+}
+
+// writeError is the verdict of a batch whose writes failed on their own.
+func writeError(b driver.Batch, err error) error {
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		return fmt.Errorf("%w: batch %s is too large for one transaction", driver.ErrTooLarge, b.CommitID)
+	}
+	return fmt.Errorf("%w: batch %s: %v", driver.ErrInvalidArgument, b.CommitID, err)
+}
+
+// apply checks req's batch against txn, then writes it to txn. It returns
+// wrote=false with the verdict when a check fails (nothing was written),
+// and wrote=true with an error when a write failed (txn is then poisoned).
+func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) {
+	b := req.b
+	// Checks: read everything first, write nothing.
+	cur, lastSeq, err := getThread(txn, b.ThreadID)
+	var version int64
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+	case err != nil:
+		return false, err
+	default:
+		version = cur.Version
+	}
+	if version != b.ExpectedVersion {
+		return false, fmt.Errorf("%w: thread %s is at version %d, batch expects %d", driver.ErrVersionConflict, b.ThreadID, version, b.ExpectedVersion)
+	}
+	for _, k := range b.Idempotency {
+		if ok, err := exists(txn, idemKey(k.ThreadID, k.Key)); err != nil || ok {
+			if err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("%w: idempotency key %q on thread %s exists", driver.ErrVersionConflict, k.Key, k.ThreadID)
+		}
+	}
+	for _, m := range b.Messages {
+		ok, err := exists(txn, msgIDKey(m.ID))
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return false, fmt.Errorf("%w: message %s exists", driver.ErrInvalidArgument, m.ID)
+		}
+		if m.Seq <= lastSeq {
+			return false, fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, lastSeq)
+		}
+		lastSeq = m.Seq
+	}
+	oldState := make([]record.RunState, len(b.Runs))
+	for i, r := range b.Runs {
+		old, err := getRun(txn, r.ID)
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return false, err
+		case old.ThreadId != r.ThreadID:
+			return false, fmt.Errorf("%w: run %s belongs to thread %s", driver.ErrInvalidArgument, r.ID, old.ThreadId)
+		default:
+			oldState[i] = record.RunState(old.State)
+		}
+	}
+
+	// Writes.
+	set := func(k, v []byte) error {
+		if err := txn.Set(k, v); err != nil {
+			wrote = true
+			return err
+		}
+		wrote = true
+		return nil
+	}
+	for i, r := range b.Runs {
+		if oldState[i] != "" && oldState[i] != r.State {
+			if err := txn.Delete(stateKey(oldState[i], r.ID)); err != nil {
+				return true, err
+			}
+		}
+		if err := set(runKey(r.ID), req.enc.runs[i]); err != nil {
+			return true, err
+		}
+		if err := set(stateKey(r.State, r.ID), nil); err != nil {
+			return true, err
+		}
+	}
+	for i, m := range b.Messages {
+		if err := set(historyKey(b.ThreadID, m.Seq), req.enc.msgs[i]); err != nil {
+			return true, err
+		}
+		if err := set(msgIDKey(m.ID), nil); err != nil {
+			return true, err
+		}
+	}
+	for i, k := range b.Idempotency {
+		if err := set(idemKey(k.ThreadID, k.Key), req.enc.idem[i]); err != nil {
+			return true, err
+		}
+	}
+	hdr := make([]byte, 8, 8+len(req.enc.thread))
+	binary.BigEndian.PutUint64(hdr, uint64(lastSeq))
+	if err := set(threadKey(b.ThreadID), append(hdr, req.enc.thread...)); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+func exists(txn *badger.Txn, key []byte) (bool, error) {
+	_, err := txn.Get(key)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return false, nil
+	}
+	return false, err
+}

@@ -1,0 +1,11 @@
+// Package badgerdriver is the durable store driver on badger v4, served as
+// a subprocess by the badgerstore plugin (plugins/badgerstore).
+//
+// Where to start: Open (with DefaultConfig or ParseConfig) returns a
+// *Driver, which implements driver.Driver. keys.go describes the key space:
+// records by id, and the secondary indexes the contract needs (runs by
+// state, idempotency records by (thread, key), history by (thread, seq)),
+// all written in the transaction of the commit that changes them.
+// commit.go holds group commit: concurrent commits, each checked on its own,
+// share one badger transaction and one sync.
+package badgerdriver

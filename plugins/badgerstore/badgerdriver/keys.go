@@ -1,0 +1,59 @@
+package badgerdriver
+
+import (
+	"encoding/binary"
+
+	"github.com/agenthost/agenthost/abi/record"
+)
+
+// The key space. Every key starts with a one-byte table prefix.
+//
+//	t <thread id>                     thread header: be64 last message seq, then storepb.Thread
+//	r <run id>                        storepb.Run
+//	s <state> 0x00 <run id>           index of runs by state (empty value)
+//	i <len thread id> <thread> <key>  storepb.Idempotency
+//	h <len thread id> <thread> <be64 seq>  storepb.Message: the thread's history
+//	m <message id>                    message id is taken (empty value)
+//
+// <len ...> is a uvarint, so that one thread's keys never prefix another's.
+const (
+	tThread  = 't'
+	tRun     = 'r'
+	tState   = 's'
+	tIdem    = 'i'
+	tHistory = 'h'
+	tMsgID   = 'm'
+)
+
+func simpleKey(table byte, id string) []byte {
+	k := make([]byte, 0, 1+len(id))
+	return append(append(k, table), id...)
+}
+
+func threadKey(id string) []byte { return simpleKey(tThread, id) }
+func runKey(id string) []byte    { return simpleKey(tRun, id) }
+func msgIDKey(id string) []byte  { return simpleKey(tMsgID, id) }
+
+func statePrefix(st record.RunState) []byte {
+	k := make([]byte, 0, 2+len(st))
+	return append(append(append(k, tState), st...), 0)
+}
+
+func stateKey(st record.RunState, runID string) []byte {
+	return append(statePrefix(st), runID...)
+}
+
+func threadPrefix(table byte, threadID string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(threadID)+8)
+	k = append(k, table)
+	k = binary.AppendUvarint(k, uint64(len(threadID)))
+	return append(k, threadID...)
+}
+
+func idemKey(threadID, key string) []byte {
+	return append(threadPrefix(tIdem, threadID), key...)
+}
+
+func historyKey(threadID string, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(threadPrefix(tHistory, threadID), uint64(seq))
+}

@@ -1,0 +1,192 @@
+package storedriver
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/abi/storepb"
+)
+
+// The conversions between the records of package abi/record and their wire
+// form in package abi/storepb. Times cross as UTC; a zero time crosses as an
+// absent timestamp and comes back zero.
+
+func tsToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func tsFromProto(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// ThreadToProto converts a thread header to its wire form.
+func ThreadToProto(t record.Thread) *storepb.Thread {
+	return &storepb.Thread{
+		Id: t.ID, Version: t.Version, NextRunSeq: t.NextRunSeq, NextMessageSeq: t.NextMessageSeq,
+		OpenRunIds: t.OpenRunIDs, LastCommitId: t.LastCommitID, UpdatedAt: tsToProto(t.UpdatedAt),
+	}
+}
+
+// ThreadFromProto converts a thread header from its wire form.
+func ThreadFromProto(p *storepb.Thread) record.Thread {
+	if p == nil {
+		return record.Thread{}
+	}
+	return record.Thread{
+		ID: p.Id, Version: p.Version, NextRunSeq: p.NextRunSeq, NextMessageSeq: p.NextMessageSeq,
+		OpenRunIDs: p.OpenRunIds, LastCommitID: p.LastCommitId, UpdatedAt: tsFromProto(p.UpdatedAt),
+	}
+}
+
+// RunToProto converts a run to its wire form.
+func RunToProto(r record.Run) *storepb.Run {
+	return &storepb.Run{
+		Id: r.ID, ThreadId: r.ThreadID, Seq: r.Seq, State: string(r.State), TerminalReason: string(r.TerminalReason),
+		InputMessageIds: r.InputMessageIDs, AssistantMessageId: r.AssistantMessageID, AnswerSeq: r.AnswerSeq,
+		AbsorbedIntoRunId: r.AbsorbedIntoRunID, Attempt: int64(r.Attempt), Owner: r.Owner, Error: r.Error,
+		EndSeq: r.EndSeq, CreatedAt: tsToProto(r.CreatedAt), StartedAt: tsToProto(r.StartedAt), EndedAt: tsToProto(r.EndedAt),
+	}
+}
+
+// RunFromProto converts a run from its wire form.
+func RunFromProto(p *storepb.Run) record.Run {
+	if p == nil {
+		return record.Run{}
+	}
+	return record.Run{
+		ID: p.Id, ThreadID: p.ThreadId, Seq: p.Seq, State: record.RunState(p.State), TerminalReason: record.TerminalReason(p.TerminalReason),
+		InputMessageIDs: p.InputMessageIds, AssistantMessageID: p.AssistantMessageId, AnswerSeq: p.AnswerSeq,
+		AbsorbedIntoRunID: p.AbsorbedIntoRunId, Attempt: int(p.Attempt), Owner: p.Owner, Error: p.Error,
+		EndSeq: p.EndSeq, CreatedAt: tsFromProto(p.CreatedAt), StartedAt: tsFromProto(p.StartedAt), EndedAt: tsFromProto(p.EndedAt),
+	}
+}
+
+// RunsToProto converts runs to their wire form.
+func RunsToProto(rs []record.Run) []*storepb.Run {
+	out := make([]*storepb.Run, len(rs))
+	for i, r := range rs {
+		out[i] = RunToProto(r)
+	}
+	return out
+}
+
+// RunsFromProto converts runs from their wire form.
+func RunsFromProto(ps []*storepb.Run) []record.Run {
+	out := make([]record.Run, len(ps))
+	for i, p := range ps {
+		out[i] = RunFromProto(p)
+	}
+	return out
+}
+
+// MessageToProto converts a message to its wire form.
+func MessageToProto(m record.Message) *storepb.Message {
+	p := &storepb.Message{
+		Id: m.ID, ThreadId: m.ThreadID, RunId: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content,
+		ToolCallId: m.ToolCallID, Hint: m.Hint, Metadata: m.Metadata, CreatedAt: tsToProto(m.CreatedAt),
+	}
+	if len(m.ToolCalls) > 0 {
+		p.ToolCalls = make([]*storepb.ToolCall, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			p.ToolCalls[i] = &storepb.ToolCall{Id: c.ID, Name: c.Name, Arguments: c.Arguments}
+		}
+	}
+	return p
+}
+
+// MessageFromProto converts a message from its wire form.
+func MessageFromProto(p *storepb.Message) record.Message {
+	if p == nil {
+		return record.Message{}
+	}
+	m := record.Message{
+		ID: p.Id, ThreadID: p.ThreadId, RunID: p.RunId, Seq: p.Seq, Role: record.Role(p.Role), Content: p.Content,
+		ToolCallID: p.ToolCallId, Hint: p.Hint, Metadata: p.Metadata, CreatedAt: tsFromProto(p.CreatedAt),
+	}
+	if len(p.ToolCalls) > 0 {
+		m.ToolCalls = make([]record.ToolCall, len(p.ToolCalls))
+		for i, c := range p.ToolCalls {
+			m.ToolCalls[i] = record.ToolCall{ID: c.Id, Name: c.Name, Arguments: c.Arguments}
+		}
+	}
+	return m
+}
+
+// MessagesToProto converts messages to their wire form.
+func MessagesToProto(ms []record.Message) []*storepb.Message {
+	out := make([]*storepb.Message, len(ms))
+	for i, m := range ms {
+		out[i] = MessageToProto(m)
+	}
+	return out
+}
+
+// MessagesFromProto converts messages from their wire form.
+func MessagesFromProto(ps []*storepb.Message) []record.Message {
+	out := make([]record.Message, len(ps))
+	for i, p := range ps {
+		out[i] = MessageFromProto(p)
+	}
+	return out
+}
+
+// IdempotencyToProto converts an idempotency record to its wire form.
+func IdempotencyToProto(k record.Idempotency) *storepb.Idempotency {
+	return &storepb.Idempotency{
+		ThreadId: k.ThreadID, Key: k.Key, RunId: k.RunID, InputMessageId: k.InputMessageID,
+		ContentHash: k.ContentHash, CreatedAt: tsToProto(k.CreatedAt),
+	}
+}
+
+// IdempotencyFromProto converts an idempotency record from its wire form.
+func IdempotencyFromProto(p *storepb.Idempotency) record.Idempotency {
+	if p == nil {
+		return record.Idempotency{}
+	}
+	return record.Idempotency{
+		ThreadID: p.ThreadId, Key: p.Key, RunID: p.RunId, InputMessageID: p.InputMessageId,
+		ContentHash: p.ContentHash, CreatedAt: tsFromProto(p.CreatedAt),
+	}
+}
+
+// BatchToProto converts a batch to its wire form.
+func BatchToProto(b driver.Batch) *storepb.Batch {
+	p := &storepb.Batch{
+		CommitId: b.CommitID, ThreadId: b.ThreadID, ExpectedVersion: b.ExpectedVersion,
+		Thread: ThreadToProto(b.Thread), Runs: RunsToProto(b.Runs), Messages: MessagesToProto(b.Messages),
+	}
+	if len(b.Idempotency) > 0 {
+		p.Idempotency = make([]*storepb.Idempotency, len(b.Idempotency))
+		for i, k := range b.Idempotency {
+			p.Idempotency[i] = IdempotencyToProto(k)
+		}
+	}
+	return p
+}
+
+// BatchFromProto converts a batch from its wire form.
+func BatchFromProto(p *storepb.Batch) driver.Batch {
+	if p == nil {
+		return driver.Batch{}
+	}
+	b := driver.Batch{
+		CommitID: p.CommitId, ThreadID: p.ThreadId, ExpectedVersion: p.ExpectedVersion,
+		Thread: ThreadFromProto(p.Thread), Runs: RunsFromProto(p.Runs), Messages: MessagesFromProto(p.Messages),
+	}
+	if len(p.Idempotency) > 0 {
+		b.Idempotency = make([]record.Idempotency, len(p.Idempotency))
+		for i, k := range p.Idempotency {
+			b.Idempotency[i] = IdempotencyFromProto(k)
+		}
+	}
+	return b
+}

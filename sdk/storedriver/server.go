@@ -1,0 +1,237 @@
+package storedriver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/abi/storepb"
+)
+
+// Factory opens a driver. It is what a driver author implements: Serve calls
+// Open once, when the host sends the driver its configuration.
+type Factory interface {
+	// Open returns a driver opened with config (driver-specific keys, e.g.
+	// "dir"). A bad config is an error wrapping driver.ErrInvalidArgument.
+	Open(ctx context.Context, config map[string]string) (driver.Driver, error)
+}
+
+// FactoryFunc adapts a function to Factory.
+type FactoryFunc func(ctx context.Context, config map[string]string) (driver.Driver, error)
+
+// Open implements Factory.
+func (f FactoryFunc) Open(ctx context.Context, config map[string]string) (driver.Driver, error) {
+	return f(ctx, config)
+}
+
+// Server is the gRPC server side of the protocol: it serves the driver a
+// Factory opens. Serve sets one up; tests may use NewServer directly.
+type Server struct {
+	storepb.UnimplementedStoreServer
+
+	factory Factory
+
+	mu     sync.RWMutex
+	d      driver.Driver
+	closed bool
+}
+
+var _ storepb.StoreServer = (*Server)(nil)
+
+// NewServer returns a server for the drivers f opens.
+func NewServer(f Factory) *Server { return &Server{factory: f} }
+
+func (s *Server) driver() (driver.Driver, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case s.closed:
+		return nil, ToStatus(driver.ErrClosed)
+	case s.d == nil:
+		return nil, ToStatus(fmt.Errorf("%w: the driver was not opened", driver.ErrClosed))
+	}
+	return s.d, nil
+}
+
+// Open implements storepb.StoreServer.
+func (s *Server) Open(ctx context.Context, req *storepb.OpenRequest) (*storepb.OpenResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, ToStatus(driver.ErrClosed)
+	case s.d != nil:
+		return nil, ToStatus(fmt.Errorf("%w: the driver is already open", driver.ErrInvalidArgument))
+	}
+	d, err := s.factory.Open(ctx, req.GetConfig())
+	if err != nil {
+		return nil, ToStatus(fmt.Errorf("opening the driver: %w", err))
+	}
+	s.d = d
+	return &storepb.OpenResponse{}, nil
+}
+
+// Info implements storepb.StoreServer.
+func (s *Server) Info(ctx context.Context, _ *storepb.InfoRequest) (*storepb.InfoResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	info, err := d.Info(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.InfoResponse{ProtocolVersion: int32(info.ProtocolVersion), Name: info.Name, Version: info.Version, Durable: info.Durable}, nil
+}
+
+// LoadThread implements storepb.StoreServer.
+func (s *Server) LoadThread(ctx context.Context, req *storepb.LoadThreadRequest) (*storepb.LoadThreadResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	snap, err := d.LoadThread(ctx, req.GetThreadId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.LoadThreadResponse{Thread: ThreadToProto(snap.Thread), Runs: RunsToProto(snap.Runs)}, nil
+}
+
+// Commit implements storepb.StoreServer.
+func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*storepb.CommitResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	v, err := commitOne(ctx, d, req.GetBatch())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.CommitResponse{Version: v}, nil
+}
+
+// CommitMany implements storepb.StoreServer: it commits the batches
+// concurrently, each with its own result.
+func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest) (*storepb.CommitManyResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	res := make([]*storepb.CommitResult, len(req.GetBatches()))
+	var wg sync.WaitGroup
+	for i, pb := range req.GetBatches() {
+		wg.Go(func() {
+			v, err := commitOne(ctx, d, pb)
+			r := &storepb.CommitResult{Version: v}
+			if err != nil {
+				r.Code, r.Message, r.Reason = errorFields(err)
+			}
+			res[i] = r
+		})
+	}
+	wg.Wait()
+	return &storepb.CommitManyResponse{Results: res}, nil
+}
+
+func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
+	if pb == nil {
+		return 0, fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
+	}
+	if n := proto.Size(pb); n > MaxBatchBytes {
+		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
+	}
+	return d.Commit(ctx, BatchFromProto(pb))
+}
+
+// GetRuns implements storepb.StoreServer.
+func (s *Server) GetRuns(ctx context.Context, req *storepb.GetRunsRequest) (*storepb.GetRunsResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	runs, err := d.GetRuns(ctx, req.GetIds())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.GetRunsResponse{Runs: RunsToProto(runs)}, nil
+}
+
+// GetIdempotency implements storepb.StoreServer.
+func (s *Server) GetIdempotency(ctx context.Context, req *storepb.GetIdempotencyRequest) (*storepb.GetIdempotencyResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	k, err := d.GetIdempotency(ctx, req.GetThreadId(), req.GetKey())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.GetIdempotencyResponse{Record: IdempotencyToProto(k)}, nil
+}
+
+// ReadHistory implements storepb.StoreServer.
+func (s *Server) ReadHistory(ctx context.Context, req *storepb.ReadHistoryRequest) (*storepb.ReadHistoryResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := d.ReadHistory(ctx, req.GetThreadId(), req.GetAfterSeq(), limit)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.ReadHistoryResponse{Messages: MessagesToProto(msgs)}, nil
+}
+
+// ListRuns implements storepb.StoreServer.
+func (s *Server) ListRuns(ctx context.Context, req *storepb.ListRunsRequest) (*storepb.ListRunsResponse, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	runs, err := d.ListRuns(ctx, record.RunState(req.GetState()), req.GetAfter(), limit)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.ListRunsResponse{Runs: RunsToProto(runs)}, nil
+}
+
+func intLimit(n int64) (int, error) {
+	if n > 1<<31-1 {
+		return 0, ToStatus(fmt.Errorf("%w: limit %d is too large", driver.ErrInvalidArgument, n))
+	}
+	return int(n), nil
+}
+
+// Close implements storepb.StoreServer. The server refuses every call after
+// it, Open included.
+func (s *Server) Close(ctx context.Context, _ *storepb.CloseRequest) (*storepb.CloseResponse, error) {
+	if err := s.CloseDriver(ctx); err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.CloseResponse{}, nil
+}
+
+// CloseDriver closes the served driver, if one is open. Serve calls it when
+// the process is asked to end.
+func (s *Server) CloseDriver(ctx context.Context) error {
+	s.mu.Lock()
+	d := s.d
+	s.d, s.closed = nil, true
+	s.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.Close(ctx)
+}

@@ -1,0 +1,102 @@
+package storedrivertest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+)
+
+var benchRound atomic.Int64
+
+// BenchCommits measures commits on d from threads goroutines, each
+// committing to a thread of its own (so none conflict): b.N commits in all,
+// each a new run and its input message with the thread header. It reports
+// commits/s and the p50 and p99 latency of one commit in µs.
+func BenchCommits(b *testing.B, d driver.Driver, threads int) {
+	ctx := context.Background()
+	round := benchRound.Add(1)
+	per := make([]int, threads)
+	for i := range b.N {
+		per[i%threads]++
+	}
+	lat := make([][]time.Duration, threads)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := range threads {
+		wg.Go(func() {
+			th := fmt.Sprintf("bench-%d-%d", round, w)
+			l := make([]time.Duration, 0, per[w])
+			for v := int64(0); v < int64(per[w]); v++ {
+				bt := benchBatch(th, v)
+				t0 := time.Now()
+				if _, err := d.Commit(ctx, bt); err != nil {
+					failed.Store(err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[w] = l
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "commits/s")
+	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// BenchRoundTrip measures one read (LoadThread of a thread with an open
+// run) from one goroutine, reporting p50 and p99 latency in µs.
+func BenchRoundTrip(b *testing.B, d driver.Driver) {
+	ctx := context.Background()
+	th := fmt.Sprintf("bench-rt-%d", benchRound.Add(1))
+	if _, err := d.Commit(ctx, benchBatch(th, 0)); err != nil {
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := d.LoadThread(ctx, th); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+func benchBatch(th string, v int64) driver.Batch {
+	n := v + 1
+	cid := fmt.Sprintf("%s-c%d", th, n)
+	run := fmt.Sprintf("%s-r%d", th, n)
+	return driver.Batch{
+		CommitID: cid, ThreadID: th, ExpectedVersion: v,
+		Thread: record.Thread{ID: th, Version: n, NextRunSeq: n + 1, NextMessageSeq: n + 1, OpenRunIDs: []string{run},
+			LastCommitID: cid, UpdatedAt: time.Now()},
+		Runs: []record.Run{{ID: run, ThreadID: th, Seq: n, State: record.StateQueued, Attempt: 1,
+			InputMessageIDs: []string{run + "-in"}, AssistantMessageID: run + "-out", CreatedAt: time.Now()}},
+		Messages: []record.Message{{ID: run + "-in", ThreadID: th, RunID: run, Seq: n, Role: record.RoleUser,
+			Content: "a question of about this length, as users ask them", CreatedAt: time.Now()}},
+	}
+}
