@@ -23,6 +23,9 @@ import (
 // benchDrivers are the drivers the end-to-end benchmarks compare.
 var benchDrivers = map[string]func(b *testing.B) driver.Driver{
 	"memdriver": func(*testing.B) driver.Driver { return memdriver.New() },
+	"badgerstore-plugin": func(b *testing.B) driver.Driver {
+		return launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
+	},
 }
 
 func benchRuntime(b *testing.B, d driver.Driver, pol policy.Policy, script model.Script, conc int) *host.Runtime {

@@ -13,16 +13,11 @@ import (
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
-// driverFactories are the drivers every scenario runs over.
-var driverFactories = map[string]func(t *testing.T) driver.Driver{
-	"memdriver": func(t *testing.T) driver.Driver { return memdriver.New() },
-}
-
 func forEachDriver(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
-	for name, mk := range driverFactories {
+	for _, name := range sortedKeys(driverFactories) {
+		mk := driverFactories[name]
 		t.Run(name, func(t *testing.T) {
 			d := mk(t)
 			fn(t, d)

@@ -1,0 +1,17 @@
+package host_test
+
+import (
+	"context"
+
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+)
+
+func driverhostBuiltin(dir string) (driverhost.Config, error) {
+	lc, err := driverhost.Builtin("badgerstore", map[string]string{"dir": dir})
+	lc.Logger = quietLog
+	return lc, err
+}
+
+func launch(ctx context.Context, lc driverhost.Config) (*driverhost.Driver, error) {
+	return driverhost.Launch(ctx, lc)
+}

@@ -1,0 +1,59 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// TestMain lets the test binary play two other roles: a store driver
+// subprocess (the host re-executes itself for its built-in drivers), and a
+// host process that the S3 test kills.
+func TestMain(m *testing.M) {
+	if name := os.Getenv(driverhost.BuiltinEnv); name != "" {
+		if err := driverhost.ServeBuiltin(name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if dir := os.Getenv(childHostEnv); dir != "" {
+		os.Exit(childHost(dir))
+	}
+	os.Exit(m.Run())
+}
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// launchBuiltin starts a built-in driver as a subprocess of this binary.
+func launchBuiltin(tb testing.TB, name string, cfg map[string]string) *driverhost.Driver {
+	tb.Helper()
+	lc, err := driverhost.Builtin(name, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lc.Logger = quietLog
+	d, err := driverhost.Launch(context.Background(), lc)
+	if err != nil {
+		tb.Fatalf("launching %s: %v", name, err)
+	}
+	tb.Cleanup(func() { d.Close(context.Background()) })
+	return d
+}
+
+// driverFactories are the drivers every scenario runs over: the in-process
+// reference driver, and memstore and badgerstore as real subprocesses.
+var driverFactories = map[string]func(t *testing.T) driver.Driver{
+	"memdriver":       func(t *testing.T) driver.Driver { return memdriver.New() },
+	"memstore-plugin": func(t *testing.T) driver.Driver { return launchBuiltin(t, "memstore", nil) },
+	"badgerstore-plugin": func(t *testing.T) driver.Driver {
+		return launchBuiltin(t, "badgerstore", map[string]string{"dir": t.TempDir()})
+	},
+}
