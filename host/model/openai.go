@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -304,11 +305,13 @@ func (m *OpenAI) complete(ctx context.Context, params openai.ChatCompletionNewPa
 }
 
 // stream makes one request to the streaming endpoint, passing content
-// deltas to fn and accumulating the rest.
+// deltas to fn. Text is accumulated by the client's accumulator, tool calls
+// by a streamedCalls.
 func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, fn func(string)) (openai.ChatCompletionMessage, string, error) {
 	s := m.chat.NewStreaming(ctx, params)
 	defer s.Close()
 	var acc openai.ChatCompletionAccumulator
+	var calls streamedCalls
 	finish := ""
 	for s.Next() {
 		chunk := s.Current()
@@ -321,6 +324,9 @@ func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 			}
 			if c.Delta.Content != "" {
 				fn(c.Delta.Content)
+			}
+			for _, d := range c.Delta.ToolCalls {
+				calls.add(d)
 			}
 			if c.FinishReason != "" {
 				finish = c.FinishReason
@@ -340,7 +346,55 @@ func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	if finish == "" || len(acc.Choices) == 0 {
 		return openai.ChatCompletionMessage{}, "", errors.New("stream ended before the answer was finished")
 	}
-	return acc.Choices[0].Message, finish, nil
+	msg := acc.Choices[0].Message
+	msg.ToolCalls = calls.toolCalls()
+	return msg, finish, nil
+}
+
+// streamedCalls accumulates tool call deltas by index. The client's
+// accumulator appends every name delta, so a server that repeats the
+// function name in each chunk (some do) would call "searchsearch"; here a
+// name delta equal to the name so far is a repeat, and an id is taken once.
+type streamedCalls struct {
+	byIndex map[int64]*streamedCall
+}
+
+type streamedCall struct {
+	id, name string
+	args     strings.Builder
+}
+
+func (s *streamedCalls) add(d openai.ChatCompletionChunkChoiceDeltaToolCall) {
+	i := max(d.Index, 0) // some servers number a single call -1
+	if s.byIndex == nil {
+		s.byIndex = map[int64]*streamedCall{}
+	}
+	c := s.byIndex[i]
+	if c == nil {
+		c = &streamedCall{}
+		s.byIndex[i] = c
+	}
+	if c.id == "" {
+		c.id = d.ID
+	}
+	if n := d.Function.Name; n != "" && n != c.name {
+		c.name += n
+	}
+	c.args.WriteString(d.Function.Arguments)
+}
+
+// toolCalls returns the calls in index order.
+func (s *streamedCalls) toolCalls() []openai.ChatCompletionMessageToolCallUnion {
+	idx := slices.Sorted(maps.Keys(s.byIndex))
+	out := make([]openai.ChatCompletionMessageToolCallUnion, 0, len(idx))
+	for _, i := range idx {
+		c := s.byIndex[i]
+		var tc openai.ChatCompletionMessageToolCallUnion
+		tc.ID, tc.Type = c.id, "function"
+		tc.Function.Name, tc.Function.Arguments = c.name, c.args.String()
+		out = append(out, tc)
+	}
+	return out
 }
 
 // truncate shortens s to maxErrorMessage bytes.
@@ -360,9 +414,6 @@ func response(req Request, msg openai.ChatCompletionMessage, finish string) (Res
 		out.Content = msg.Refusal
 	}
 	for i, tc := range msg.ToolCalls {
-		if tc.ID == "" && tc.Function.Name == "" && tc.Function.Arguments == "" {
-			continue // a gap left by a stream that skipped an index
-		}
 		if tc.Type != "" && tc.Type != "function" {
 			return Response{}, fmt.Errorf("openai model: tool call %d is of unsupported type %q", i, tc.Type)
 		}

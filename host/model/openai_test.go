@@ -318,6 +318,54 @@ func TestOpenAIStreamedToolCalls(t *testing.T) {
 	}
 }
 
+// Servers differ in how they split tool calls: several calls in one chunk,
+// the id and name repeated in every chunk, text before the calls, index -1
+// for a single call, no id at all.
+func TestOpenAIStreamedToolCallVariants(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		chunks  []string
+		content string
+		want    []record.ToolCall
+	}{
+		{
+			name: "repeated id and name, text first",
+			chunks: []string{
+				chunk(`{"role":"assistant","content":"Let me look. "}`, ""),
+				chunk(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"search","arguments":"{\"q\":"}},`+
+					`{"index":1,"id":"call_2","type":"function","function":{"name":"clock","arguments":"{}"}}]}`, ""),
+				chunk(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"search","arguments":"1}"}}]}`, ""),
+				chunk(`{}`, "tool_calls"),
+			},
+			content: "Let me look. ",
+			want:    []record.ToolCall{{ID: "call_1", Name: "search", Arguments: `{"q":1}`}, {ID: "call_2", Name: "clock", Arguments: `{}`}},
+		},
+		{
+			name: "index -1 without id, name split",
+			chunks: []string{
+				chunk(`{"role":"assistant","tool_calls":[{"index":-1,"function":{"name":"sea","arguments":""}}]}`, ""),
+				chunk(`{"tool_calls":[{"index":-1,"function":{"name":"rch","arguments":"{\"q\":\"x\"}"}}]}`, "tool_calls"),
+			},
+			want: []record.ToolCall{{ID: "call_2_0", Name: "search", Arguments: `{"q":"x"}`}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := newFakeAPI(t, sse(true, tc.chunks...)).model(t)
+			var text strings.Builder
+			resp, err := m.Step(context.Background(), Request{Step: 2, Messages: []record.Message{{Role: record.RoleUser, Content: "x"}}},
+				func(d string) { text.WriteString(d) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Content != tc.content || text.String() != tc.content || !reflect.DeepEqual(resp.ToolCalls, tc.want) {
+				t.Errorf("response %+v (streamed %q), want %q and %+v", resp, text.String(), tc.content, tc.want)
+			}
+		})
+	}
+}
+
 func TestOpenAIStreamFailures(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
