@@ -30,6 +30,7 @@ type fakeAPI struct {
 }
 
 type fakeRequest struct {
+	At     time.Time
 	Path   string
 	Header http.Header
 	Body   map[string]any
@@ -55,7 +56,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("request body is not JSON: %v: %s", err, raw)
 	}
 	f.mu.Lock()
-	f.reqs = append(f.reqs, fakeRequest{Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: string(raw)})
+	f.reqs = append(f.reqs, fakeRequest{At: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Body: body, Raw: string(raw)})
 	n := len(f.reqs)
 	f.mu.Unlock()
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
@@ -417,6 +418,42 @@ func TestOpenAIRetriesRateLimitAndServerErrors(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The client waits as long as the server asks (within MaxRetryDelay), and
+// retries a connection that drops before the answer.
+func TestOpenAIRetryWaitsAndReconnects(t *testing.T) {
+	t.Parallel()
+	ok := reply(200, completion(`{"role":"assistant","content":"done"}`, "stop"))
+	slowDown := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After-Ms", "60")
+		reply(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`)(w, r)
+	}
+	f := newFakeAPI(t, slowDown, ok)
+	if _, err := f.model(t, func(c *OpenAIConfig) { c.MaxRetryDelay = time.Second }).Step(context.Background(), Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	if gap := reqs[1].At.Sub(reqs[0].At); gap < 60*time.Millisecond {
+		t.Errorf("retried after %v, the server asked for 60ms", gap)
+	}
+
+	hangUp := func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	}
+	f = newFakeAPI(t, hangUp, ok)
+	resp, err := f.model(t).Step(context.Background(), Request{}, nil)
+	if err != nil || resp.Content != "done" || len(f.requests()) != 2 {
+		t.Fatalf("response %+v, err %v after %d requests", resp, err, len(f.requests()))
 	}
 }
 
