@@ -1,6 +1,7 @@
 // Package model defines what the executor asks of a language model and of
 // tools, the prepareStep hook through which a step's settings are rewritten,
-// and the scripted model used by tests and demos.
+// the scripted model used by tests and demos, and OpenAI, a model served by
+// an OpenAI-compatible chat completions endpoint.
 package model
 
 import (
