@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -174,19 +175,48 @@ func (rt *Runtime) recover(ctx context.Context) error {
 			rt.queued[r.ThreadID] = true
 		}
 	}
+	// Recover concurrently: each recovery is its own commit, and a driver
+	// that groups concurrent commits makes a large recovery fast.
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		work     = make(chan record.Run)
+	)
+	for range min(len(todo), 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range work {
+				if err := rt.recoverOne(ctx, r); err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
 	for _, r := range todo {
-		rec, err := rt.st.Recover(ctx, r, r.Owner)
-		switch {
-		case errors.Is(err, runstate.ErrNotOwner), errors.Is(err, runstate.ErrRunTerminal):
-			continue // it moved on since the scan
-		case err != nil:
-			return fmt.Errorf("host: recovering run %s: %w", r.ID, err)
-		}
-		rt.stats.recovered.Add(1)
-		rt.log.Info("recovered run", "run", r.ID, "thread", r.ThreadID, "previous_owner", r.Owner, "state", rec.State, "attempt", rec.Attempt)
-		if runstate.IsTerminal(rec.State) {
-			rt.emit(rec.ID, rec.ThreadID, EventTerminal, map[string]string{"state": string(rec.State), "reason": string(rec.TerminalReason), "error": rec.Error})
-		}
+		work <- r
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+func (rt *Runtime) recoverOne(ctx context.Context, r record.Run) error {
+	rec, err := rt.st.Recover(ctx, r, r.Owner)
+	switch {
+	case errors.Is(err, runstate.ErrNotOwner), errors.Is(err, runstate.ErrRunTerminal):
+		return nil // it moved on since the scan
+	case err != nil:
+		return fmt.Errorf("host: recovering run %s: %w", r.ID, err)
+	}
+	rt.stats.recovered.Add(1)
+	rt.log.Info("recovered run", "run", r.ID, "thread", r.ThreadID, "previous_owner", r.Owner, "state", rec.State, "attempt", rec.Attempt)
+	if runstate.IsTerminal(rec.State) {
+		rt.stats.terminal.add(string(rec.TerminalReason))
+		rt.emit(rec.ID, rec.ThreadID, EventTerminal, map[string]string{"state": string(rec.State), "reason": string(rec.TerminalReason), "error": rec.Error})
 	}
 	return nil
 }
