@@ -3,3 +3,8 @@ module github.com/agenthost/agenthost
 go 1.26
 
 require github.com/google/uuid v1.6.0
+
+require (
+	github.com/tetratelabs/wazero v1.12.0 // indirect
+	golang.org/x/sys v0.44.0 // indirect
+)

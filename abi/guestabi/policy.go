@@ -1,0 +1,250 @@
+package guestabi
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+)
+
+// PolicyRequestLayout is the layout version in byte 0 of a policy request.
+const PolicyRequestLayout = 1
+
+// Flags in byte 1 of a policy request.
+const FlagActive = 1 << 0
+
+// Flags in byte 2 of a binary decision.
+const FlagCoalescePending = 1 << 0
+
+// DecisionSize is the length of an OK decision body.
+const DecisionSize = 4
+
+// PolicyRequest is the inputPolicy request: the input that arrived and the
+// state of its busy thread.
+type PolicyRequest struct {
+	ThreadID string
+	Content  string
+	Hint     string
+	// Metadata is encoded as pairs in ascending key order.
+	Metadata map[string]string
+	Active   *Run
+	Queued   []Run
+}
+
+// Run is a run of the busy thread.
+type Run struct {
+	RunID string
+	Seq   int64
+	// Steps is the number of model steps the run has finished.
+	Steps uint32
+	// Inputs are the contents of the run's inputs, in order.
+	Inputs []string
+}
+
+// Decision is an inputPolicy decision.
+type Decision struct {
+	Action          string
+	CoalescePending bool
+}
+
+// ErrMalformed reports bytes that do not follow the layout.
+var ErrMalformed = errors.New("guestabi: malformed message")
+
+// AppendPolicyRequest appends the binary encoding of r to dst.
+func AppendPolicyRequest(dst []byte, r *PolicyRequest) []byte {
+	var flags byte
+	if r.Active != nil {
+		flags |= FlagActive
+	}
+	dst = append(dst, PolicyRequestLayout, flags, 0, 0)
+	dst = appendStr(dst, r.ThreadID)
+	dst = appendStr(dst, r.Content)
+	dst = appendStr(dst, r.Hint)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Metadata)))
+	if len(r.Metadata) > 0 {
+		keys := make([]string, 0, len(r.Metadata))
+		for k := range r.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			dst = appendStr(dst, k)
+			dst = appendStr(dst, r.Metadata[k])
+		}
+	}
+	if r.Active != nil {
+		dst = appendRun(dst, r.Active)
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Queued)))
+	for i := range r.Queued {
+		dst = appendRun(dst, &r.Queued[i])
+	}
+	return dst
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+func appendRun(dst []byte, r *Run) []byte {
+	dst = appendStr(dst, r.RunID)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.Seq))
+	dst = binary.LittleEndian.AppendUint32(dst, r.Steps)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Inputs)))
+	for _, in := range r.Inputs {
+		dst = appendStr(dst, in)
+	}
+	return dst
+}
+
+// DecodePolicyRequest decodes a binary policy request into r, replacing its
+// contents.
+func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
+	d := decoder{b: b}
+	if len(b) < 4 || b[0] != PolicyRequestLayout {
+		return ErrMalformed
+	}
+	flags := b[1]
+	d.off = 4
+	r.ThreadID = d.str()
+	r.Content = d.str()
+	r.Hint = d.str()
+	n := d.u32()
+	r.Metadata = nil
+	if n > 0 && !d.bad {
+		if uint64(n)*8 > uint64(len(b)) {
+			return ErrMalformed
+		}
+		r.Metadata = make(map[string]string, n)
+		for range n {
+			k := d.str()
+			r.Metadata[k] = d.str()
+		}
+	}
+	r.Active = nil
+	if flags&FlagActive != 0 {
+		r.Active = new(Run)
+		d.run(r.Active)
+	}
+	q := d.u32()
+	r.Queued = r.Queued[:0]
+	if uint64(q)*20 > uint64(len(b)) {
+		return ErrMalformed
+	}
+	for range q {
+		var run Run
+		d.run(&run)
+		r.Queued = append(r.Queued, run)
+	}
+	if d.bad || d.off != len(b) {
+		return ErrMalformed
+	}
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	off int
+	bad bool
+}
+
+func (d *decoder) u32() uint32 {
+	if d.bad || len(d.b)-d.off < 4 {
+		d.bad = true
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b[d.off:])
+	d.off += 4
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.bad || len(d.b)-d.off < 8 {
+		d.bad = true
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b[d.off:])
+	d.off += 8
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.u32()
+	if d.bad || uint64(len(d.b)-d.off) < uint64(n) {
+		d.bad = true
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+func (d *decoder) run(r *Run) {
+	r.RunID = d.str()
+	r.Seq = int64(d.u64())
+	r.Steps = d.u32()
+	n := d.u32()
+	if uint64(n)*4 > uint64(len(d.b)) {
+		d.bad = true
+		return
+	}
+	r.Inputs = nil
+	for range n {
+		r.Inputs = append(r.Inputs, d.str())
+	}
+}
+
+// AppendDecision appends the result body of an OK decision: status, action
+// code, flags, a reserved zero byte.
+func AppendDecision(dst []byte, d Decision) []byte {
+	var flags byte
+	if d.CoalescePending {
+		flags |= FlagCoalescePending
+	}
+	return append(dst, StatusOK, ActionCode(d.Action), flags, 0)
+}
+
+// AppendError appends an error result body: StatusError and the message.
+func AppendError(dst []byte, msg string) []byte {
+	dst = append(dst, StatusError)
+	return append(dst, msg...)
+}
+
+// GuestError is an error a guest reported with StatusError.
+type GuestError struct{ Message string }
+
+func (e *GuestError) Error() string { return "guest error: " + e.Message }
+
+// DecodeResult splits a result body into its status and payload. A
+// StatusError body is returned as a *GuestError.
+func DecodeResult(b []byte) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, errors.New("guestabi: empty result")
+	}
+	switch b[0] {
+	case StatusOK:
+		return b[1:], nil
+	case StatusError:
+		return nil, &GuestError{Message: string(b[1:])}
+	}
+	return nil, errors.New("guestabi: unknown result status")
+}
+
+// DecodeDecision decodes a decision result body (including its status byte).
+func DecodeDecision(b []byte) (Decision, error) {
+	p, err := DecodeResult(b)
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(p) != DecisionSize-1 {
+		return Decision{}, errors.New("guestabi: decision must be 4 bytes")
+	}
+	name := ActionName(p[0])
+	if name == "" {
+		return Decision{}, errors.New("guestabi: unknown action code in decision")
+	}
+	if p[1]&^FlagCoalescePending != 0 || p[2] != 0 {
+		return Decision{}, errors.New("guestabi: reserved bits set in decision")
+	}
+	return Decision{Action: name, CoalescePending: p[1]&FlagCoalescePending != 0}, nil
+}

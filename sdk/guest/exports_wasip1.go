@@ -1,0 +1,134 @@
+//go:build wasip1
+
+package guest
+
+import (
+	"encoding/json"
+	"unsafe"
+
+	"github.com/agenthost/agenthost/abi/guestabi"
+)
+
+//go:wasmimport agenthost log
+func logImport(level int32, ptr unsafe.Pointer, n int32)
+
+func hostLog(level int32, msg string) {
+	if msg == "" {
+		return
+	}
+	logImport(level, unsafe.Pointer(unsafe.StringData(msg)), int32(len(msg)))
+}
+
+var (
+	// in is the region handed to the host by agenthost_alloc.
+	in []byte
+	// out holds the last result; valid until the next call.
+	out []byte
+	// req is reused across inputPolicy calls.
+	req guestabi.PolicyRequest
+)
+
+func result(b []byte) uint64 {
+	out = b
+	if len(b) == 0 {
+		return 0
+	}
+	return guestabi.Pack(uint32(uintptr(unsafe.Pointer(&b[0]))), uint32(len(b)))
+}
+
+func errResult(err error) uint64 {
+	return result(guestabi.AppendError(out[:0], err.Error()))
+}
+
+func input(ptr, n uint32) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(ptr))), n)
+}
+
+//go:wasmexport agenthost_abi_version
+func abiVersion() int32 { return guestabi.Version }
+
+//go:wasmexport agenthost_alloc
+func alloc(size uint32) uint32 {
+	if uint32(cap(in)) < size || in == nil {
+		in = make([]byte, max(size, 1024))
+	}
+	return uint32(uintptr(unsafe.Pointer(&in[0])))
+}
+
+//go:wasmexport agenthost_init
+func initGuest(ptr, n uint32) uint64 {
+	var cfg []byte
+	if n > 0 {
+		cfg = append([]byte(nil), input(ptr, n)...)
+	}
+	err := protect(func() error {
+		if registered == nil || registered.Init == nil {
+			return nil
+		}
+		return registered.Init(cfg)
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(append(out[:0], guestabi.StatusOK))
+}
+
+//go:wasmexport agenthost_manifest
+func manifestExport() uint64 {
+	m, err := manifest()
+	if err != nil {
+		return errResult(err)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return errResult(err)
+	}
+	return result(append(append(out[:0], guestabi.StatusOK), b...))
+}
+
+//go:wasmexport agenthost_input_policy
+func inputPolicy(ptr, n uint32) uint64 {
+	var d guestabi.Decision
+	err := protect(func() error {
+		if registered == nil || registered.InputPolicy == nil {
+			return errNoHook
+		}
+		if err := guestabi.DecodePolicyRequest(input(ptr, n), &req); err != nil {
+			return err
+		}
+		var err error
+		d, err = registered.InputPolicy(&req)
+		return err
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(guestabi.AppendDecision(out[:0], d))
+}
+
+//go:wasmexport agenthost_prepare_step
+func prepareStep(ptr, n uint32) uint64 {
+	var b []byte
+	err := protect(func() error {
+		if registered == nil || registered.PrepareStep == nil {
+			return errNoHook
+		}
+		var r guestabi.StepRequest
+		if err := json.Unmarshal(input(ptr, n), &r); err != nil {
+			return err
+		}
+		res, err := registered.PrepareStep(&r)
+		if err != nil {
+			return err
+		}
+		b, err = json.Marshal(res)
+		return err
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(append(append(out[:0], guestabi.StatusOK), b...))
+}

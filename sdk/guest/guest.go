@@ -1,0 +1,107 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/agenthost/agenthost/abi/guestabi"
+)
+
+// Actions.
+const (
+	Queue     = guestabi.ActionQueue
+	Inject    = guestabi.ActionInject
+	Interrupt = guestabi.ActionInterrupt
+	Reject    = guestabi.ActionReject
+)
+
+type (
+	// Request is an inputPolicy request.
+	Request = guestabi.PolicyRequest
+	// Run is a run of the busy thread.
+	Run = guestabi.Run
+	// Decision is an inputPolicy decision.
+	Decision = guestabi.Decision
+	// StepRequest is a prepareStep request.
+	StepRequest = guestabi.StepRequest
+	// StepResult is a prepareStep result.
+	StepResult = guestabi.StepResult
+	// StepSettings are the settings a prepareStep hook may change.
+	StepSettings = guestabi.StepSettings
+	// Message is a prompt message.
+	Message = guestabi.Message
+)
+
+// Guest describes a guest. Set InputPolicy, PrepareStep or both.
+type Guest struct {
+	Name    string
+	Version string
+	// Actions lists every action InputPolicy can ever return.
+	Actions []string
+	// Init, if set, receives the configuration blob the host was given for
+	// this guest (nil when there is none), once per instance before any hook.
+	// An error fails the load.
+	Init func(config []byte) error
+	// InputPolicy decides an input that arrived at a busy thread. The request
+	// is only valid during the call.
+	InputPolicy func(*Request) (Decision, error)
+	// PrepareStep rewrites a step's settings. Start the result from the
+	// request's settings: the host replaces every setting with the result's.
+	PrepareStep func(*StepRequest) (StepResult, error)
+}
+
+var registered *Guest
+
+// Register registers the guest. Call it once, from an init function.
+func Register(g Guest) {
+	if registered != nil {
+		panic("guest: Register called twice")
+	}
+	registered = &g
+}
+
+// Manifest returns the manifest of the registered guest.
+func manifest() (guestabi.Manifest, error) {
+	g := registered
+	if g == nil {
+		return guestabi.Manifest{}, errors.New("no guest registered (call guest.Register from init)")
+	}
+	m := guestabi.Manifest{ABI: guestabi.Version, Name: g.Name, Version: g.Version, Actions: g.Actions}
+	if g.InputPolicy != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookInputPolicy)
+	}
+	if g.PrepareStep != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookPrepareStep)
+	}
+	return m, nil
+}
+
+// NewStepResult returns a result that changes nothing.
+func NewStepResult(r *StepRequest) StepResult {
+	return StepResult{StepSettings: r.StepSettings}
+}
+
+// Log levels.
+const (
+	LevelDebug = guestabi.LogDebug
+	LevelInfo  = guestabi.LogInfo
+	LevelWarn  = guestabi.LogWarn
+	LevelError = guestabi.LogError
+)
+
+// Logf writes a message to the host's log.
+func Logf(level int, format string, args ...any) {
+	hostLog(int32(level), fmt.Sprintf(format, args...))
+}
+
+// protect runs f, turning a panic into an error.
+func protect(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
+}
+
+var errNoHook = errors.New("hook not implemented by this guest")
