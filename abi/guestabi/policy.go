@@ -101,7 +101,7 @@ func appendRun(dst []byte, r *Run) []byte {
 // contents.
 func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
 	d := decoder{b: b}
-	if len(b) < 4 || b[0] != PolicyRequestLayout {
+	if len(b) < 4 || b[0] != PolicyRequestLayout || b[1]&^FlagActive != 0 || b[2] != 0 || b[3] != 0 {
 		return ErrMalformed
 	}
 	flags := b[1]
@@ -116,8 +116,13 @@ func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
 			return ErrMalformed
 		}
 		r.Metadata = make(map[string]string, n)
-		for range n {
+		prev := ""
+		for i := range n {
 			k := d.str()
+			if i > 0 && k <= prev {
+				return ErrMalformed // keys must be strictly ascending
+			}
+			prev = k
 			r.Metadata[k] = d.str()
 		}
 	}

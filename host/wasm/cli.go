@@ -183,4 +183,3 @@ func coalesceSuffix(b bool) string {
 	}
 	return ""
 }
-

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Test guests built with the Go toolchain (GOOS=wasip1) are built on demand
@@ -97,8 +98,14 @@ func newEngine(tb testing.TB, cfg EngineConfig) *Engine {
 	return e
 }
 
+// load loads a guest for a test. Without a CallTimeout it gets a generous
+// one: the machine running the tests may be slow, and only the tests about
+// deadlines want them short.
 func load(tb testing.TB, e *Engine, path string, opts Options) *Module {
 	tb.Helper()
+	if opts.CallTimeout == 0 {
+		opts.CallTimeout = 10 * time.Second
+	}
 	m, err := e.LoadFile(context.Background(), path, opts)
 	if err != nil {
 		tb.Fatal(err)

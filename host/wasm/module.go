@@ -36,7 +36,9 @@ type Options struct {
 	Config []byte
 	// Fallback is the decision a failed inputPolicy call returns. Zero: queue.
 	Fallback runstate.Decision
-	// CallTimeout bounds every hook call. Zero: DefaultCallTimeout.
+	// CallTimeout bounds the guest's run time in every hook call (waiting for
+	// an instance is bounded by the caller's context only). Zero:
+	// DefaultCallTimeout.
 	CallTimeout time.Duration
 	// LoadTimeout bounds starting one instance (_initialize, version, init,
 	// manifest). Zero: DefaultLoadTimeout.
@@ -303,7 +305,8 @@ func (m *Module) fail(hook string, err error, fb runstate.Decision) {
 }
 
 // callCtx returns the context of one hook call: the caller's, with the call
-// deadline and the logger.
+// deadline and the logger. The deadline covers the guest's code only, not
+// the wait for a free instance nor the start of a new one.
 func (m *Module) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
 	return context.WithValue(ctx, loggerKey{}, m.log), cancel
@@ -330,12 +333,12 @@ func (m *Module) Decide(ctx context.Context, req policy.Request) (runstate.Decis
 }
 
 func (m *Module) decide(ctx context.Context, req *policy.Request) (runstate.Decision, error) {
-	cctx, cancel := m.callCtx(ctx)
-	defer cancel()
-	inst, err := m.get(cctx)
+	inst, err := m.get(ctx)
 	if err != nil {
 		return runstate.Decision{}, err
 	}
+	cctx, cancel := m.callCtx(ctx)
+	defer cancel()
 	inst.buf = appendRequest(inst.buf[:0], req)
 	out, err := inst.call(cctx, inst.policy, inst.buf)
 	if err != nil {
@@ -398,12 +401,12 @@ func (m *Module) prepareStep(ctx context.Context, req *step.Request) (step.Resul
 	if err != nil {
 		return step.Result{}, err
 	}
-	cctx, cancel := m.callCtx(ctx)
-	defer cancel()
-	inst, err := m.get(cctx)
+	inst, err := m.get(ctx)
 	if err != nil {
 		return step.Result{}, err
 	}
+	cctx, cancel := m.callCtx(ctx)
+	defer cancel()
 	out, err := inst.call(cctx, inst.step, in)
 	if err != nil {
 		m.put(inst, false)
