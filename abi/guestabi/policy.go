@@ -49,17 +49,24 @@ type Decision struct {
 // ErrMalformed reports bytes that do not follow the layout.
 var ErrMalformed = errors.New("guestabi: malformed message")
 
+// PolicyHeaderSize is the length of the fixed header of a policy request.
+const PolicyHeaderSize = 16
+
 // AppendPolicyRequest appends the binary encoding of r to dst.
 func AppendPolicyRequest(dst []byte, r *PolicyRequest) []byte {
 	var flags byte
+	var steps uint32
 	if r.Active != nil {
 		flags |= FlagActive
+		steps = r.Active.Steps
 	}
 	dst = append(dst, PolicyRequestLayout, flags, 0, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, steps)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Queued)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Metadata)))
 	dst = appendStr(dst, r.ThreadID)
 	dst = appendStr(dst, r.Content)
 	dst = appendStr(dst, r.Hint)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Metadata)))
 	if len(r.Metadata) > 0 {
 		keys := make([]string, 0, len(r.Metadata))
 		for k := range r.Metadata {
@@ -74,7 +81,6 @@ func AppendPolicyRequest(dst []byte, r *PolicyRequest) []byte {
 	if r.Active != nil {
 		dst = appendRun(dst, r.Active)
 	}
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Queued)))
 	for i := range r.Queued {
 		dst = appendRun(dst, &r.Queued[i])
 	}
@@ -98,23 +104,29 @@ func appendRun(dst []byte, r *Run) []byte {
 }
 
 // DecodePolicyRequest decodes a binary policy request into r, replacing its
-// contents.
+// contents. Strings are copied out of b.
 func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
-	d := decoder{b: b}
-	if len(b) < 4 || b[0] != PolicyRequestLayout || b[1]&^FlagActive != 0 || b[2] != 0 || b[3] != 0 {
+	if len(b) < PolicyHeaderSize || b[0] != PolicyRequestLayout || b[1]&^FlagActive != 0 || b[2] != 0 || b[3] != 0 {
 		return ErrMalformed
 	}
 	flags := b[1]
-	d.off = 4
+	steps := binary.LittleEndian.Uint32(b[4:])
+	q := binary.LittleEndian.Uint32(b[8:])
+	n := binary.LittleEndian.Uint32(b[12:])
+	if flags&FlagActive == 0 && steps != 0 {
+		return ErrMalformed
+	}
+	// Every pair takes at least 8 bytes, every run 20: refuse counts the
+	// bytes cannot hold before allocating for them.
+	if uint64(n)*8+uint64(q)*20 > uint64(len(b)) {
+		return ErrMalformed
+	}
+	d := decoder{b: b, off: PolicyHeaderSize}
 	r.ThreadID = d.str()
 	r.Content = d.str()
 	r.Hint = d.str()
-	n := d.u32()
 	r.Metadata = nil
-	if n > 0 && !d.bad {
-		if uint64(n)*8 > uint64(len(b)) {
-			return ErrMalformed
-		}
+	if n > 0 {
 		r.Metadata = make(map[string]string, n)
 		prev := ""
 		for i := range n {
@@ -130,12 +142,11 @@ func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
 	if flags&FlagActive != 0 {
 		r.Active = new(Run)
 		d.run(r.Active)
+		if r.Active.Steps != steps {
+			return ErrMalformed
+		}
 	}
-	q := d.u32()
 	r.Queued = r.Queued[:0]
-	if uint64(q)*20 > uint64(len(b)) {
-		return ErrMalformed
-	}
 	for range q {
 		var run Run
 		d.run(&run)
@@ -143,6 +154,44 @@ func DecodePolicyRequest(b []byte, r *PolicyRequest) error {
 	}
 	if d.bad || d.off != len(b) {
 		return ErrMalformed
+	}
+	return nil
+}
+
+// PolicyHeader is the fixed part of a policy request and the three strings
+// that follow it, read without copying: the strings alias the request bytes.
+type PolicyHeader struct {
+	Active      bool
+	ActiveSteps uint32
+	Queued      uint32
+	Metadata    uint32
+	ThreadID    []byte
+	Content     []byte
+	Hint        []byte
+}
+
+// ReadPolicyHeader reads the header of a policy request without copying or
+// allocating. It checks what it reads, not the rest of the request.
+func ReadPolicyHeader(b []byte, h *PolicyHeader) error {
+	if len(b) < PolicyHeaderSize || b[0] != PolicyRequestLayout {
+		return ErrMalformed
+	}
+	h.Active = b[1]&FlagActive != 0
+	h.ActiveSteps = binary.LittleEndian.Uint32(b[4:])
+	h.Queued = binary.LittleEndian.Uint32(b[8:])
+	h.Metadata = binary.LittleEndian.Uint32(b[12:])
+	off := PolicyHeaderSize
+	for _, s := range []*[]byte{&h.ThreadID, &h.Content, &h.Hint} {
+		if len(b)-off < 4 {
+			return ErrMalformed
+		}
+		n := binary.LittleEndian.Uint32(b[off:])
+		off += 4
+		if uint64(len(b)-off) < uint64(n) {
+			return ErrMalformed
+		}
+		*s = b[off : off+int(n) : off+int(n)]
+		off += int(n)
 	}
 	return nil
 }

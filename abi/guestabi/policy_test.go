@@ -45,13 +45,15 @@ func TestPolicyRequestLayout(t *testing.T) {
 		Queued:   []Run{{RunID: "q", Seq: 2}},
 	}
 	want := "01010000" + // layout 1, active flag, reserved
+		"02000000" + // active run steps
+		"01000000" + // queued runs
+		"01000000" + // metadata pairs
 		"01000000" + "74" + // thread id "t"
 		"02000000" + "6869" + // content "hi"
 		"06000000" + "726566696e65" + // hint "refine"
-		"01000000" + "01000000" + "6b" + "01000000" + "76" + // 1 metadata pair k=v
+		"01000000" + "6b" + "01000000" + "76" + // k=v
 		"01000000" + "61" + "0100000000000000" + "02000000" + "01000000" + "01000000" + "78" + // active run
-		"01000000" + // 1 queued run
-		"01000000" + "71" + "0200000000000000" + "00000000" + "00000000"
+		"01000000" + "71" + "0200000000000000" + "00000000" + "00000000" // queued run
 	if got := hex.EncodeToString(AppendPolicyRequest(nil, &r)); got != want {
 		t.Errorf("layout\n got %s\nwant %s", got, want)
 	}
@@ -94,4 +96,21 @@ func FuzzDecodePolicyRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReadPolicyHeader(t *testing.T) {
+	r := PolicyRequest{ThreadID: "t", Content: "hi", Hint: "refine", Active: &Run{Steps: 4}, Queued: []Run{{}, {}}}
+	b := AppendPolicyRequest(nil, &r)
+	var h PolicyHeader
+	if err := ReadPolicyHeader(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Active || h.ActiveSteps != 4 || h.Queued != 2 || string(h.ThreadID) != "t" || string(h.Content) != "hi" || string(h.Hint) != "refine" {
+		t.Errorf("%+v", h)
+	}
+	for i := range 16 + 4 + 1 + 4 + 2 + 4 + 6 {
+		if ReadPolicyHeader(b[:i], &h) == nil {
+			t.Errorf("truncated at %d read", i)
+		}
+	}
 }

@@ -3,6 +3,8 @@ package wasm
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -41,6 +43,16 @@ var decideCases = []decideCase{
 	{"redirect", "also more detail", runstate.ActionInterrupt},
 	{"REDIRECT", "", runstate.ActionInterrupt},
 	{"other", "shorter", runstate.ActionInject},
+	{"", "this is a long message that eventually says stop", runstate.ActionInterrupt},
+	{"", "could you reformat it as Bullet Points", runstate.ActionInject},
+	{"", "xxxxxxxmore detail", runstate.ActionInject},
+	{"", "the bus stopped at the corner", runstate.ActionQueue},
+	{"", "make it a bit shorter and then stop.", runstate.ActionInterrupt},
+	{"", "bullet poin", runstate.ActionQueue},
+	{"", "more concis", runstate.ActionQueue},
+	{"", "\n\t also", runstate.ActionInject},
+	{"", "Actually", runstate.ActionInject},
+	{"", "so, actually", runstate.ActionQueue},
 }
 
 func request(c decideCase) policy.Request {
@@ -190,5 +202,29 @@ func TestSystemInstruction(t *testing.T) {
 	_, err = e.LoadFile(context.Background(), goGuest(t, "system-instruction"), Options{})
 	if err == nil || !containsAll(err.Error(), "instruction is required") {
 		t.Errorf("load without config: %v", err)
+	}
+}
+
+// TestRefineGuestsAgreeWithRules compares both refine guests with the native
+// rules on generated texts.
+func TestRefineGuestsAgreeWithRules(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	guests := []*Module{load(t, e, cGuest(), Options{}), load(t, e, goGuest(t, "refine"), Options{})}
+	frags := []string{"stop", "Stop", "cancel", "actually", "also", "bullet point", "shorter", "more concise",
+		"more detail", "x", " ", "ab", "s", "sto", "more", "bullet", ",", "\n", "é", "STOPPED", "m", "unstop"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		var b strings.Builder
+		for range rng.IntN(8) {
+			b.WriteString(frags[rng.IntN(len(frags))])
+		}
+		hint := []string{"", "refine", "redirect", "other"}[rng.IntN(4)]
+		want := runstate.Action(rules.Refine(hint, b.String()))
+		for _, m := range guests {
+			d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: b.String(), Hint: hint}})
+			if err != nil || d.Action != want {
+				t.Errorf("case %d %s: hint %q content %q: got %v %v, want %s", i, m.GuestManifest().Name, hint, b.String(), d.Action, err, want)
+			}
+		}
 	}
 }

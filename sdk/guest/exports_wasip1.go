@@ -25,7 +25,7 @@ var (
 	// out holds the last result; valid until the next call.
 	out []byte
 	// req is reused across inputPolicy calls.
-	req guestabi.PolicyRequest
+	req Request
 )
 
 func result(b []byte) uint64 {
@@ -96,7 +96,7 @@ func inputPolicy(ptr, n uint32) uint64 {
 		if registered == nil || registered.InputPolicy == nil {
 			return errNoHook
 		}
-		if err := guestabi.DecodePolicyRequest(input(ptr, n), &req); err != nil {
+		if err := readRequest(input(ptr, n), &req); err != nil {
 			return err
 		}
 		var err error

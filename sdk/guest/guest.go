@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
 )
@@ -16,8 +17,8 @@ const (
 )
 
 type (
-	// Request is an inputPolicy request.
-	Request = guestabi.PolicyRequest
+	// FullRequest is an inputPolicy request decoded in full (Request.Full).
+	FullRequest = guestabi.PolicyRequest
 	// Run is a run of the busy thread.
 	Run = guestabi.Run
 	// Decision is an inputPolicy decision.
@@ -51,6 +52,66 @@ type Guest struct {
 }
 
 var registered *Guest
+
+// Request is an inputPolicy request. Reading the fields costs nothing: its
+// strings alias the host's request bytes and are valid only during the call
+// (strings.Clone them to keep them). Full decodes the rest: metadata, the
+// runs and their inputs.
+type Request struct {
+	ThreadID string
+	Content  string
+	Hint     string
+	// Active reports whether the thread has an active run, and ActiveSteps
+	// how many model steps it has finished.
+	Active      bool
+	ActiveSteps int
+	// Queued is the number of queued runs.
+	Queued int
+	raw    []byte
+}
+
+// Full decodes the whole request, copying.
+func (r *Request) Full() (*FullRequest, error) {
+	var f FullRequest
+	if err := guestabi.DecodePolicyRequest(r.raw, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// NewRequest returns the Request a guest would see for r, for tests that run
+// a guest's functions natively.
+func NewRequest(r *FullRequest) *Request {
+	var req Request
+	if err := readRequest(guestabi.AppendPolicyRequest(nil, r), &req); err != nil {
+		panic(err)
+	}
+	return &req
+}
+
+func readRequest(b []byte, r *Request) error {
+	var h guestabi.PolicyHeader
+	if err := guestabi.ReadPolicyHeader(b, &h); err != nil {
+		return err
+	}
+	*r = Request{
+		ThreadID:    view(h.ThreadID),
+		Content:     view(h.Content),
+		Hint:        view(h.Hint),
+		Active:      h.Active,
+		ActiveSteps: int(h.ActiveSteps),
+		Queued:      int(h.Queued),
+		raw:         b,
+	}
+	return nil
+}
+
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
 
 // Register registers the guest. Call it once, from an init function.
 func Register(g Guest) {

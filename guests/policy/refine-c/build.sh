@@ -8,7 +8,7 @@ out=${1:-$here/refine.wasm}
 CLANG=${CLANG:-clang}
 cd "$here"
 "$CLANG" --target=wasm32-unknown-unknown -O2 -nostdlib -ffreestanding \
-	-fno-ident -Wall -Wextra -Werror \
+	-mbulk-memory -fno-ident -Wall -Wextra -Werror \
 	-Wl,--no-entry -Wl,--strip-all \
 	-Wl,-z,stack-size=16384 -Wl,--initial-memory=131072 \
 	-o "$out" refine.c

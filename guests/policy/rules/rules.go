@@ -5,8 +5,10 @@
 package rules
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"strings"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -40,11 +42,18 @@ func parse(b []byte, v any) error {
 // the new input's text:
 //
 //   - hint "refine" (any case) -> inject; hint "redirect" -> interrupt;
-//   - otherwise the text, compared in ASCII lower case: the word "stop" or
-//     "cancel" anywhere -> interrupt;
+//   - otherwise the text, compared in ASCII lower case after leading white
+//     space: the word "stop" or "cancel" anywhere -> interrupt;
 //   - a text starting with the word "actually" or "also", or containing
 //     "bullet point", "shorter", "more concise" or "more detail" -> inject;
 //   - anything else -> queue.
+//
+// A word is a run of ASCII letters: "stopped" does not contain the word
+// "stop", "actually," starts with the word "actually".
+//
+// The text is scanned 8 bytes at a time and looked at closely only where it
+// holds the first letter of a phrase: under a per-call deadline, wazero pays a
+// check on every loop iteration, so a guest's loops should be few.
 func Refine(hint, content string) string {
 	switch {
 	case equalFold(hint, "refine"):
@@ -53,16 +62,82 @@ func Refine(hint, content string) string {
 		return guestabi.ActionInterrupt
 	}
 	t := strings.TrimLeft(content, " \t\r\n")
-	if hasWord(t, "stop") || hasWord(t, "cancel") {
-		return guestabi.ActionInterrupt
+	n := len(t)
+	// The text padded with zeros to a multiple of 8, plus 16 bytes, so that
+	// every 8-byte load is in bounds and reads zeros past the end.
+	size := (n+7)&^7 + 16
+	var small [256]byte
+	var b []byte
+	if size <= len(small) {
+		b = small[:size]
+	} else {
+		b = make([]byte, size)
 	}
-	if startsWithWord(t, "actually") || startsWithWord(t, "also") ||
-		hasFold(t, "bullet point") || hasFold(t, "shorter") ||
-		hasFold(t, "more concise") || hasFold(t, "more detail") {
+	copy(b, t)
+	seen := 0
+	for base := 0; base < n; base += 8 {
+		w := lower8(binary.LittleEndian.Uint64(b[base:]))
+		cand := zeroBytes(w^(ones*'s')) | zeroBytes(w^(ones*'c')) |
+			zeroBytes(w^(ones*'b')) | zeroBytes(w^(ones*'m'))
+		for cand != 0 {
+			i := base + bits.TrailingZeros64(cand)/8
+			cand &= cand - 1
+			if i >= n {
+				break
+			}
+			seen |= phraseAt(b, i, n)
+		}
+		if seen&seenStop != 0 {
+			return guestabi.ActionInterrupt
+		}
+	}
+	if seen&seenRefine != 0 {
+		return guestabi.ActionInject
+	}
+	w := lower8(binary.LittleEndian.Uint64(b))
+	if w == lit("actually") && wordEnd(b, 0, 8, n) || w&mask(4) == lit("also") && wordEnd(b, 0, 4, n) {
 		return guestabi.ActionInject
 	}
 	return guestabi.ActionQueue
 }
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+
+	seenRefine = 1
+	seenStop   = 2
+)
+
+// lower8 lower-cases the ASCII letters among 8 bytes.
+func lower8(x uint64) uint64 {
+	h := x &^ highs
+	geA := h + ones*(0x80-'A')
+	gtZ := h + ones*(0x80-'Z'-1)
+	return x | (geA&^gtZ&^x&highs)>>2
+}
+
+// zeroBytes has the high bit set in the lowest byte of x that is 0 (and
+// maybe in bytes above it; callers use the lowest set bit first).
+func zeroBytes(x uint64) uint64 { return (x - ones) &^ x & highs }
+
+// lit packs up to 8 bytes little endian.
+func lit(s string) uint64 {
+	var v uint64
+	for i := len(s) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(s[i])
+	}
+	return v
+}
+
+func mask(n int) uint64 { return 1<<(8*n) - 1 }
+
+var (
+	litStop, litShorter, litCancel = lit("stop"), lit("shorter"), lit("cancel")
+	litBulletP, litOint            = lit("bullet p"), lit("oint")
+	litMoreCon, litCise            = lit("more con"), lit("cise")
+	litMoreDet, litAil             = lit("more det"), lit("ail")
+)
 
 func lower(c byte) byte {
 	if 'A' <= c && c <= 'Z' {
@@ -72,6 +147,38 @@ func lower(c byte) byte {
 }
 
 func isLetter(c byte) bool { c = lower(c); return 'a' <= c && c <= 'z' }
+
+// wordEnd reports whether the phrase of length l at i ends a word.
+func wordEnd(b []byte, i, l, n int) bool { return i+l >= n || !isLetter(b[i+l]) }
+
+// phraseAt checks the phrases that start at b[i].
+func phraseAt(b []byte, i, n int) int {
+	w := lower8(binary.LittleEndian.Uint64(b[i:]))
+	wordStart := i == 0 || !isLetter(b[i-1])
+	next := func() uint64 { return lower8(binary.LittleEndian.Uint64(b[i+8:])) }
+	switch byte(w) {
+	case 's':
+		if wordStart && w&mask(4) == litStop && wordEnd(b, i, 4, n) {
+			return seenStop
+		}
+		if w&mask(7) == litShorter {
+			return seenRefine
+		}
+	case 'c':
+		if wordStart && w&mask(6) == litCancel && wordEnd(b, i, 6, n) {
+			return seenStop
+		}
+	case 'b':
+		if w == litBulletP && next()&mask(4) == litOint {
+			return seenRefine
+		}
+	case 'm':
+		if w == litMoreCon && next()&mask(4) == litCise || w == litMoreDet && next()&mask(3) == litAil {
+			return seenRefine
+		}
+	}
+	return 0
+}
 
 func equalFold(s, lw string) bool {
 	if len(s) != len(lw) {
@@ -84,50 +191,6 @@ func equalFold(s, lw string) bool {
 	}
 	return true
 }
-
-// matchAt reports whether s[i:] starts with the lower-case needle lw.
-func matchAt(s string, i int, lw string) bool {
-	if len(s)-i < len(lw) {
-		return false
-	}
-	for j := 0; j < len(lw); j++ {
-		if lower(s[i+j]) != lw[j] {
-			return false
-		}
-	}
-	return true
-}
-
-func hasFold(s, lw string) bool {
-	for i := 0; i+len(lw) <= len(s); i++ {
-		if matchAt(s, i, lw) {
-			return true
-		}
-	}
-	return false
-}
-
-func wordAt(s string, i int, lw string) bool {
-	if !matchAt(s, i, lw) {
-		return false
-	}
-	if i > 0 && isLetter(s[i-1]) {
-		return false
-	}
-	end := i + len(lw)
-	return end == len(s) || !isLetter(s[end])
-}
-
-func hasWord(s, lw string) bool {
-	for i := 0; i+len(lw) <= len(s); i++ {
-		if wordAt(s, i, lw) {
-			return true
-		}
-	}
-	return false
-}
-
-func startsWithWord(s, lw string) bool { return wordAt(s, 0, lw) }
 
 // StepBudgetConfig configures the step-budget guest: {"maxSteps": 5,
 // "message": "..."}. MaxSteps must be at least 1.
