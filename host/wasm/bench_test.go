@@ -35,7 +35,9 @@ func BenchmarkDecide(b *testing.B) {
 		name string
 		p    func() policy.Policy
 	}{
-		{"guest=go", func() policy.Policy { return load(b, e, goGuest(b, "refine"), Options{CallTimeout: DefaultCallTimeout}) }},
+		{"guest=go", func() policy.Policy {
+			return load(b, e, goGuest(b, "refine"), Options{CallTimeout: DefaultCallTimeout})
+		}},
 		{"guest=c", func() policy.Policy { return load(b, e, cGuest(), Options{CallTimeout: DefaultCallTimeout}) }},
 		{"native", func() policy.Policy { return nativeRefine{} }},
 		{"guest=go-queue", func() policy.Policy { return load(b, e, goGuest(b, "queue"), Options{CallTimeout: DefaultCallTimeout}) }},
@@ -161,4 +163,3 @@ func BenchmarkInstance(b *testing.B) {
 		})
 	}
 }
-
