@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -72,10 +71,13 @@ func goGuest(tb testing.TB, name string) string {
 	return out
 }
 
+// goTool is the go command of the toolchain running the tests, if it can be
+// found, else the one on PATH.
 func goTool() string {
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err == nil {
-		return p
+	if p := filepath.Join(os.Getenv("GOROOT"), "bin", "go"); os.Getenv("GOROOT") != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
 	return "go"
 }

@@ -1,9 +1,13 @@
 //go:build wasip1
 
+//lint:file-ignore U1000 the functions here are called by the host through go:wasmexport.
+
 package guest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -132,3 +136,31 @@ func prepareStep(ptr, n uint32) uint64 {
 	}
 	return result(append(append(out[:0], guestabi.StatusOK), b...))
 }
+
+// manifest returns the manifest of the registered guest.
+func manifest() (guestabi.Manifest, error) {
+	g := registered
+	if g == nil {
+		return guestabi.Manifest{}, errors.New("no guest registered (call guest.Register from init)")
+	}
+	m := guestabi.Manifest{ABI: guestabi.Version, Name: g.Name, Version: g.Version, Actions: g.Actions}
+	if g.InputPolicy != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookInputPolicy)
+	}
+	if g.PrepareStep != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookPrepareStep)
+	}
+	return m, nil
+}
+
+// protect runs f, turning a panic into an error.
+func protect(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
+}
+
+var errNoHook = errors.New("hook not implemented by this guest")

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
 
@@ -121,22 +120,6 @@ func Register(g Guest) {
 	registered = &g
 }
 
-// Manifest returns the manifest of the registered guest.
-func manifest() (guestabi.Manifest, error) {
-	g := registered
-	if g == nil {
-		return guestabi.Manifest{}, errors.New("no guest registered (call guest.Register from init)")
-	}
-	m := guestabi.Manifest{ABI: guestabi.Version, Name: g.Name, Version: g.Version, Actions: g.Actions}
-	if g.InputPolicy != nil {
-		m.Hooks = append(m.Hooks, guestabi.HookInputPolicy)
-	}
-	if g.PrepareStep != nil {
-		m.Hooks = append(m.Hooks, guestabi.HookPrepareStep)
-	}
-	return m, nil
-}
-
 // NewStepResult returns a result that changes nothing.
 func NewStepResult(r *StepRequest) StepResult {
 	return StepResult{StepSettings: r.StepSettings}
@@ -154,15 +137,3 @@ const (
 func Logf(level int, format string, args ...any) {
 	hostLog(int32(level), fmt.Sprintf(format, args...))
 }
-
-// protect runs f, turning a panic into an error.
-func protect(f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	return f()
-}
-
-var errNoHook = errors.New("hook not implemented by this guest")
