@@ -5,9 +5,7 @@
 package guest
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -86,11 +84,7 @@ func manifestExport() uint64 {
 	if err != nil {
 		return errResult(err)
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return errResult(err)
-	}
-	return result(append(append(out[:0], guestabi.StatusOK), b...))
+	return result(appendManifest(append(out[:0], guestabi.StatusOK), &m))
 }
 
 //go:wasmexport agenthost_input_policy
@@ -115,26 +109,23 @@ func inputPolicy(ptr, n uint32) uint64 {
 
 //go:wasmexport agenthost_prepare_step
 func prepareStep(ptr, n uint32) uint64 {
-	var b []byte
+	var res StepResult
 	err := protect(func() error {
 		if registered == nil || registered.PrepareStep == nil {
 			return errNoHook
 		}
 		var r guestabi.StepRequest
-		if err := json.Unmarshal(input(ptr, n), &r); err != nil {
+		if err := decodeStepRequest(input(ptr, n), &r); err != nil {
 			return err
 		}
-		res, err := registered.PrepareStep(&r)
-		if err != nil {
-			return err
-		}
-		b, err = json.Marshal(res)
+		var err error
+		res, err = registered.PrepareStep(&r)
 		return err
 	})
 	if err != nil {
 		return errResult(err)
 	}
-	return result(append(append(out[:0], guestabi.StatusOK), b...))
+	return result(appendStepResult(append(out[:0], guestabi.StatusOK), &res))
 }
 
 // manifest returns the manifest of the registered guest.
@@ -157,7 +148,7 @@ func manifest() (guestabi.Manifest, error) {
 func protect(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v", r)
+			err = panicError(r)
 		}
 	}()
 	return f()

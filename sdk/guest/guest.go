@@ -1,7 +1,7 @@
 package guest
 
 import (
-	"fmt"
+	"errors"
 	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -133,7 +133,16 @@ const (
 	LevelError = guestabi.LogError
 )
 
-// Logf writes a message to the host's log.
-func Logf(level int, format string, args ...any) {
-	hostLog(int32(level), fmt.Sprintf(format, args...))
+// Log writes a message to the host's log.
+func Log(level int, msg string) { hostLog(int32(level), msg) }
+
+// panicError describes a recovered panic without fmt.
+func panicError(r any) error {
+	switch v := r.(type) {
+	case error:
+		return errors.New("panic: " + v.Error())
+	case string:
+		return errors.New("panic: " + v)
+	}
+	return errors.New("panic")
 }

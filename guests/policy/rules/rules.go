@@ -6,36 +6,36 @@ package rules
 
 import (
 	"encoding/binary"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"math/bits"
+	"strconv"
 	"strings"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
+	"github.com/agenthost/agenthost/sdk/jsonlite"
 )
 
 // PolicyConfig is the configuration blob of the standard inputPolicy guests,
 // as JSON: {"coalescePending": true}. An empty blob is the zero config.
 type PolicyConfig struct {
-	CoalescePending bool `json:"coalescePending"`
+	CoalescePending bool
 }
 
 // ParsePolicyConfig parses a PolicyConfig, strictly.
 func ParsePolicyConfig(b []byte) (PolicyConfig, error) {
 	var c PolicyConfig
-	return c, parse(b, &c)
+	m, err := jsonlite.Object(b, "coalescePending")
+	if err == nil {
+		c.CoalescePending, err = jsonlite.Bool(m, "coalescePending")
+	}
+	return c, configErr(err)
 }
 
-func parse(b []byte, v any) error {
-	if len(strings.TrimSpace(string(b))) == 0 {
+func configErr(err error) error {
+	if err == nil {
 		return nil
 	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
+	return errors.New("config: " + err.Error())
 }
 
 // Refine decides the refine policy's action from the submitter's hint and
@@ -195,8 +195,8 @@ func equalFold(s, lw string) bool {
 // StepBudgetConfig configures the step-budget guest: {"maxSteps": 5,
 // "message": "..."}. MaxSteps must be at least 1.
 type StepBudgetConfig struct {
-	MaxSteps int    `json:"maxSteps"`
-	Message  string `json:"message"`
+	MaxSteps int
+	Message  string
 }
 
 // DefaultBudgetMessage is the instruction added once the budget is spent.
@@ -205,11 +205,18 @@ const DefaultBudgetMessage = "The step budget is spent: do not call tools; give 
 // ParseStepBudgetConfig parses and checks a StepBudgetConfig.
 func ParseStepBudgetConfig(b []byte) (StepBudgetConfig, error) {
 	c := StepBudgetConfig{MaxSteps: 5}
-	if err := parse(b, &c); err != nil {
-		return c, err
+	m, err := jsonlite.Object(b, "maxSteps", "message")
+	if err == nil {
+		c.MaxSteps, err = jsonlite.Int(m, "maxSteps", 5)
+	}
+	if err == nil {
+		c.Message, err = jsonlite.String(m, "message")
+	}
+	if err != nil {
+		return c, configErr(err)
 	}
 	if c.MaxSteps < 1 {
-		return c, fmt.Errorf("config: maxSteps must be at least 1, got %d", c.MaxSteps)
+		return c, errors.New("config: maxSteps must be at least 1, got " + strconv.Itoa(c.MaxSteps))
 	}
 	if c.Message == "" {
 		c.Message = DefaultBudgetMessage
@@ -234,17 +241,21 @@ func StepBudget(c StepBudgetConfig, r *guestabi.StepRequest) guestabi.StepResult
 // SystemInstructionConfig configures the system-instruction guest:
 // {"instruction": "..."}; the instruction must not be empty.
 type SystemInstructionConfig struct {
-	Instruction string `json:"instruction"`
+	Instruction string
 }
 
 // ParseSystemInstructionConfig parses and checks a SystemInstructionConfig.
 func ParseSystemInstructionConfig(b []byte) (SystemInstructionConfig, error) {
 	var c SystemInstructionConfig
-	if err := parse(b, &c); err != nil {
-		return c, err
+	m, err := jsonlite.Object(b, "instruction")
+	if err == nil {
+		c.Instruction, err = jsonlite.String(m, "instruction")
+	}
+	if err != nil {
+		return c, configErr(err)
 	}
 	if strings.TrimSpace(c.Instruction) == "" {
-		return c, fmt.Errorf("config: instruction is required")
+		return c, errors.New("config: instruction is required")
 	}
 	return c, nil
 }
