@@ -15,12 +15,21 @@ import (
 	"github.com/agenthost/agenthost/host/policy"
 )
 
-// Check loads the module at path the way the host would, with config as its
-// configuration blob, and prints its manifest to w: the logic of
-// `agenthost policy check FILE.wasm`. A module the host would refuse is
-// returned as an error (wrapping ErrInvalidModule) and nothing is printed.
-func Check(ctx context.Context, w io.Writer, path string, config []byte) error {
-	e, err := NewEngine(ctx, EngineConfig{})
+// CheckOptions configure Check and RunCases.
+type CheckOptions struct {
+	// Config is the guest's configuration blob.
+	Config []byte
+	// CacheDir, if set, is the compilation cache to use (EngineConfig).
+	CacheDir string
+}
+
+// Check loads the module at path the way the host would and prints its
+// manifest to w: the logic of `agenthost policy check FILE.wasm`. A module
+// the host would refuse is returned as an error (wrapping ErrInvalidModule)
+// and nothing is printed.
+func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) error {
+	config := opts.Config
+	e, err := NewEngine(ctx, EngineConfig{CacheDir: opts.CacheDir})
 	if err != nil {
 		return err
 	}
@@ -102,18 +111,19 @@ func ReadCases(path string) ([]Case, error) {
 	return cs, nil
 }
 
-// RunCases loads the module at path (with config) and decides every case of
-// casesPath, printing a table of expected against actual decisions to w: the
-// logic of `agenthost policy test FILE.wasm --cases FILE`. It returns
-// ErrMismatch if any case differs (the command exits with status 1), and an
-// error for a module that does not load or a failed guest call: a case never
-// passes on the fallback.
-func RunCases(ctx context.Context, w io.Writer, path, casesPath string, config []byte) error {
+// RunCases loads the module at path and decides every case of casesPath,
+// printing a table of expected against actual decisions to w: the logic of
+// `agenthost policy test FILE.wasm --cases FILE`. It returns ErrMismatch if
+// any case differs (the command exits with status 1), and an error for a
+// module that does not load. A failed guest call is a failed case: a case
+// never passes on the fallback.
+func RunCases(ctx context.Context, w io.Writer, path, casesPath string, opts CheckOptions) error {
+	config := opts.Config
 	cases, err := ReadCases(casesPath)
 	if err != nil {
 		return err
 	}
-	e, err := NewEngine(ctx, EngineConfig{})
+	e, err := NewEngine(ctx, EngineConfig{CacheDir: opts.CacheDir})
 	if err != nil {
 		return err
 	}

@@ -228,3 +228,30 @@ func TestRefineGuestsAgreeWithRules(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareStepMerge: members a guest leaves out keep their values; a
+// failed call leaves the step unchanged and is reported.
+func TestPrepareStepMerge(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	m := load(t, e, hostile("partialstep"), Options{})
+	req := stepRequest(2)
+	res, err := m.PrepareStep(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ToolChoice != "none" || res.Model.MaxTokens != 5 || res.System != req.System ||
+		fmt.Sprint(res.ActiveTools) != "[search read]" || res.Model.Temperature == nil || *res.Model.Temperature != 0.3 ||
+		res.Model.Model != "m" || len(res.AppendMessages) != 1 || res.AppendMessages[0].Content != "be brief" {
+		t.Errorf("got %+v", res)
+	}
+
+	var failures []Failure
+	bad := load(t, e, hostile("badstep"), Options{OnFailure: func(f Failure) { failures = append(failures, f) }})
+	res, err = bad.PrepareStep(context.Background(), req)
+	if err != nil || res.System != req.System || res.ToolChoice != "auto" || fmt.Sprint(res.ActiveTools) != "[search read]" || len(res.AppendMessages) != 0 {
+		t.Errorf("failed call: got %+v, %v; want the request's settings", res, err)
+	}
+	if len(failures) != 1 || failures[0].Hook != guestabi.HookPrepareStep || !strings.Contains(failures[0].Err.Error(), "prepareStep result") {
+		t.Errorf("failures %+v", failures)
+	}
+}
