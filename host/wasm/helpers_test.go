@@ -51,6 +51,12 @@ func testMain(m *testing.M) int {
 // goGuest returns the path of the standard Go guest name, building it first.
 func goGuest(tb testing.TB, name string) string {
 	tb.Helper()
+	return buildGuest(tb, name, "./guests/policy/"+name)
+}
+
+// buildGuest builds the Go guest in pkg (relative to the module root).
+func buildGuest(tb testing.TB, name, pkg string) string {
+	tb.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	out := filepath.Join(guestDir, name+".wasm")
@@ -60,7 +66,7 @@ func goGuest(tb testing.TB, name string) string {
 	if err := buildErrs[name]; err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(goTool(), "build", "-buildmode=c-shared", "-o", out, "./guests/policy/"+name)
+	cmd := exec.Command(goTool(), "build", "-buildmode=c-shared", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

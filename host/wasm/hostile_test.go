@@ -175,3 +175,55 @@ func TestGuestLog(t *testing.T) {
 		t.Errorf("log: %q", logs.String())
 	}
 }
+
+// TestGoGuestMisbehaving: a Go guest's panic and error become guest errors
+// (the instance survives), a stack overflow or an allocation past the memory
+// cap abort the Go runtime, which traps (its own message is in the error); each
+// is contained and the guest keeps deciding.
+func TestGoGuestMisbehaving(t *testing.T) {
+	e := newEngine(t, EngineConfig{MemoryLimitPages: 256})
+	path := buildGuest(t, "unruly", "./host/wasm/testdata/goguest/unruly")
+	var (
+		failures []Failure
+		logs     bytes.Buffer
+	)
+	m := load(t, e, path, Options{
+		MaxInstances: 1,
+		Fallback:     runstate.Decision{Action: runstate.ActionReject},
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		OnFailure:    func(f Failure) { failures = append(failures, f) },
+	})
+	cases := []struct {
+		content string
+		want    []string
+		discard bool
+	}{
+		{"panic", []string{"guest error", "panic: asked to panic"}, false},
+		{"error", []string{"guest error", "asked to fail"}, false},
+		{"overflow", []string{"unreachable", "fatal error:"}, true}, // stack growth meets the cap
+		{"hog", []string{"unreachable", "fatal error: out of memory"}, true},
+	}
+	for _, c := range cases {
+		failures = nil
+		before := m.Stats()
+		d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: c.content}})
+		if err != nil || d.Action != runstate.ActionReject {
+			t.Errorf("%s: got %+v %v, want the fallback", c.content, d, err)
+		}
+		if len(failures) != 1 || !containsAll(failures[0].Err.Error(), c.want...) {
+			t.Errorf("%s: failures %v, want one mentioning %q", c.content, failures, c.want)
+		}
+		if discarded := m.Stats().Discarded - before.Discarded; discarded != map[bool]uint64{true: 1}[c.discard] {
+			t.Errorf("%s: %d instances discarded", c.content, discarded)
+		}
+		if d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: "fine"}}); err != nil || d.Action != runstate.ActionQueue {
+			t.Errorf("after %s: got %+v %v", c.content, d, err)
+		}
+	}
+	if _, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: "log"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !containsAll(logs.String(), "hello from Go", "guest=unruly") {
+		t.Errorf("log: %q", logs.String())
+	}
+}

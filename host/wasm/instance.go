@@ -25,14 +25,14 @@ type instance struct {
 	region, regionCap uint32
 	stack             [2]uint64
 	buf               []byte
-	output            *tail
+	output            *head
 }
 
 // newInstance starts an instance: _initialize, version check, init.
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	lctx, cancel := context.WithTimeout(m.loadCtx(ctx), m.opts.LoadTimeout)
 	defer cancel()
-	out := &tail{}
+	out := &head{}
 	cfg := wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions(guestabi.ExportInitialize).
@@ -153,26 +153,26 @@ func (inst *instance) callErr(name string, err error) error {
 
 func (inst *instance) close() { inst.mod.Close(context.Background()) }
 
-// tail keeps the last bytes a guest wrote to stdout or stderr, for error
-// messages (a Go guest's runtime prints fatal errors there).
-type tail struct {
+// head keeps the first bytes a guest writes to stdout and stderr, for error
+// messages: a Go guest's runtime prints the cause of a fatal error first
+// ("fatal error: out of memory"), then goroutine traces.
+type head struct {
 	mu sync.Mutex
 	b  []byte
 }
 
-const tailMax = 512
+const headMax = 512
 
-func (t *tail) Write(p []byte) (int, error) {
+func (t *head) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > tailMax {
-		t.b = append(t.b[:0], t.b[len(t.b)-tailMax:]...)
+	if room := headMax - len(t.b); room > 0 {
+		t.b = append(t.b, p[:min(room, len(p))]...)
 	}
 	return len(p), nil
 }
 
-func (t *tail) suffix() string {
+func (t *head) suffix() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.b) == 0 {

@@ -155,3 +155,14 @@ func protect(f func() error) (err error) {
 }
 
 var errNoHook = errors.New("hook not implemented by this guest")
+
+// panicError describes a recovered panic without fmt.
+func panicError(r any) error {
+	switch v := r.(type) {
+	case error:
+		return errors.New("panic: " + v.Error())
+	case string:
+		return errors.New("panic: " + v)
+	}
+	return errors.New("panic")
+}

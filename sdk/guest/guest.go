@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"errors"
 	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -135,14 +134,3 @@ const (
 
 // Log writes a message to the host's log.
 func Log(level int, msg string) { hostLog(int32(level), msg) }
-
-// panicError describes a recovered panic without fmt.
-func panicError(r any) error {
-	switch v := r.(type) {
-	case error:
-		return errors.New("panic: " + v.Error())
-	case string:
-		return errors.New("panic: " + v)
-	}
-	return errors.New("panic")
-}
