@@ -51,6 +51,11 @@ func TestHostileLoad(t *testing.T) {
 			}
 		})
 	}
+	// A guest that never returns its manifest is stopped by the load timeout.
+	_, err := e.Load(context.Background(), read("manifestloop"), Options{LoadTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, ErrInvalidModule) || !containsAll(err.Error(), "agenthost_manifest", "deadline exceeded") {
+		t.Errorf("manifestloop: %v", err)
+	}
 	// The engine still loads and runs a good guest afterwards.
 	m := load(t, e, cGuest(), Options{})
 	if d, err := m.Decide(context.Background(), request(decideCases[1])); err != nil || d.Action != runstate.ActionInject {

@@ -145,7 +145,9 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 		compiled.Close(ctx)
 		return nil, err
 	}
-	gm, err := inst.manifest(m.loadCtx(ctx))
+	mctx, cancel := context.WithTimeout(m.loadCtx(ctx), opts.LoadTimeout)
+	gm, err := inst.manifest(mctx)
+	cancel()
 	if err == nil {
 		err = checkManifest(gm, compiled.ExportedFunctions())
 	}
