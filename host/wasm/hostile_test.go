@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/agenthost/agenthost/abi/guestabi"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 )
@@ -38,6 +41,8 @@ func TestHostileLoad(t *testing.T) {
 		{"unprovided import", read("sockimport"), []string{"wasi_snapshot_preview1.sock_accept", "does not provide"}},
 		{"memory beyond the cap", read("hugemem"), []string{"memory"}},
 		{"not a guest", read("trap")[:8], []string{"agenthost_abi_version"}},
+		{"wrong signature", read("badsig"), []string{"agenthost_abi_version has signature () -> (i64), want () -> (i32)"}},
+		{"memory not exported", read("nomemory"), []string{`no exported memory named "memory"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -230,5 +235,42 @@ func TestGoGuestMisbehaving(t *testing.T) {
 	}
 	if !containsAll(logs.String(), "hello from Go", "guest=unruly") {
 		t.Errorf("log: %q", logs.String())
+	}
+}
+
+func TestCheckManifest(t *testing.T) {
+	// checkManifest only looks the exports up; any definition will do.
+	e := newEngine(t, EngineConfig{})
+	m := load(t, e, hostile("partialstep"), Options{})
+	def := m.compiled.ExportedFunctions()[guestabi.ExportPrepareStep]
+	both := map[string]api.FunctionDefinition{guestabi.ExportInputPolicy: def, guestabi.ExportPrepareStep: def}
+	onlyStep := map[string]api.FunctionDefinition{guestabi.ExportPrepareStep: def}
+	cases := []struct {
+		gm      guestabi.Manifest
+		exports map[string]api.FunctionDefinition
+		want    string // "" for valid
+	}{
+		{guestabi.Manifest{Name: "ok", Hooks: []string{"inputPolicy"}, Actions: []string{"queue"}}, both, ""},
+		{guestabi.Manifest{ABI: 1, Name: "ok", Hooks: []string{"inputPolicy", "prepareStep"}, Actions: []string{"inject", "reject"}}, both, ""},
+		{guestabi.Manifest{Name: "ok", Hooks: []string{"prepareStep"}}, onlyStep, ""},
+		{guestabi.Manifest{ABI: 2, Name: "x", Hooks: []string{"prepareStep"}}, both, "ABI 2"},
+		{guestabi.Manifest{Hooks: []string{"prepareStep"}}, both, "no name"},
+		{guestabi.Manifest{Name: "x"}, both, "no hooks"},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"postStep"}}, both, `unknown hook "postStep"`},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"prepareStep", "prepareStep"}}, both, "twice"},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"inputPolicy"}, Actions: []string{"queue"}}, onlyStep, "does not export agenthost_input_policy"},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"inputPolicy"}}, both, "no actions"},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"inputPolicy"}, Actions: []string{"queue", "explode"}}, both, `unknown action "explode"`},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"inputPolicy"}, Actions: []string{"queue", "queue"}}, both, `action "queue" twice`},
+		{guestabi.Manifest{Name: "x", Hooks: []string{"prepareStep"}, Actions: []string{"queue"}}, both, "without the inputPolicy hook"},
+	}
+	for _, c := range cases {
+		err := checkManifest(c.gm, c.exports)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.gm, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: err = %v, want %q", c.gm, err, c.want)
+		}
 	}
 }
