@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/...
 
-.PHONY: all build proto test test-unit test-race lint bench sim
+.PHONY: all build proto guests guests-c test test-unit test-race lint bench sim
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
@@ -17,7 +17,7 @@ DRIVERS  ?= memstore badgerstore
 PROTOC   ?= protoc
 PROTO_INCLUDE ?= /usr/include
 
-build:
+build: guests
 	$(GO) build ./...
 	@mkdir -p $(BIN)
 	for d in $(DRIVERS); do $(GO) build -o $(BIN)/agenthost-$$d ./plugins/$$d || exit 1; done
@@ -28,6 +28,23 @@ proto:
 	cd abi/storepb && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(PROTOC) -I . -I $(PROTO_INCLUDE) \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto
+
+# Standard wasm guests, built into $(BIN)/guests/<name>.wasm. The C guest is
+# committed built (guests-c rebuilds it from source).
+GO_GUESTS ?= queue interrupt reject inject refine step-budget system-instruction
+
+guests:
+	@mkdir -p $(BIN)/guests
+	@for g in $(GO_GUESTS); do \
+	  echo "guest $$g"; \
+	  GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared \
+	    -o $(BIN)/guests/$$g.wasm ./guests/policy/$$g || exit 1; \
+	done
+	cp guests/policy/refine-c/refine.wasm $(BIN)/guests/refine-c.wasm
+
+# Rebuilds the committed C guest from its source (Debian packages clang, lld).
+guests-c:
+	guests/policy/refine-c/build.sh
 
 test: test-unit test-race
 

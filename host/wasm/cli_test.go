@@ -1,0 +1,56 @@
+package wasm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	var out bytes.Buffer
+	if err := Check(context.Background(), &out, cGuest(), CheckOptions{CacheDir: cacheDir}); err != nil {
+		t.Fatal(err)
+	}
+	if !containsAll(out.String(), "name:", "refine-c", "hooks:", "inputPolicy", "actions:", "queue, inject, interrupt", "imports:", "(none)") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	out.Reset()
+	if err := Check(context.Background(), &out, goGuest(t, "step-budget"), CheckOptions{Config: []byte(`{"maxSteps": 3}`), CacheDir: cacheDir}); err != nil {
+		t.Fatal(err)
+	}
+	if !containsAll(out.String(), "step-budget", "prepareStep", "wasi_snapshot_preview1.fd_write") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	out.Reset()
+	err := Check(context.Background(), &out, hostile("sockimport"), CheckOptions{})
+	if !errors.Is(err, ErrInvalidModule) || !containsAll(err.Error(), "sockimport.wasm", "sock_accept") || out.Len() != 0 {
+		t.Errorf("err = %v, output %q", err, out.String())
+	}
+}
+
+func TestRunCases(t *testing.T) {
+	cases := filepath.Join("testdata", "cases")
+	for _, path := range []string{cGuest(), goGuest(t, "refine")} {
+		var out bytes.Buffer
+		if err := RunCases(context.Background(), &out, path, filepath.Join(cases, "refine.json"), CheckOptions{CacheDir: cacheDir}); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, out.String())
+		}
+		if !containsAll(out.String(), "CASE", "WANT", "GOT", "refinement", "6 cases, 0 failed") {
+			t.Errorf("output:\n%s", out.String())
+		}
+		out.Reset()
+		err := RunCases(context.Background(), &out, path, filepath.Join(cases, "refine-wrong.json"), CheckOptions{CacheDir: cacheDir})
+		if !errors.Is(err, ErrMismatch) || !containsAll(out.String(), "wrong action", "reject", "queue", "FAIL",
+			"interrupt+coalesce", "3 cases, 2 failed") {
+			t.Errorf("err = %v, output:\n%s", err, out.String())
+		}
+	}
+	// A failing guest never passes a case on its fallback.
+	var out bytes.Buffer
+	err := RunCases(context.Background(), &out, hostile("trap"), filepath.Join(cases, "refine.json"), CheckOptions{CacheDir: cacheDir})
+	if !errors.Is(err, ErrMismatch) || !containsAll(out.String(), "error:", "divide by zero") {
+		t.Errorf("err = %v, output:\n%s", err, out.String())
+	}
+}

@@ -1,0 +1,16 @@
+;; logger: logs "hello from a guest" at warn level, then queues; a fixture for host/wasm tests (see testdata/hostile/build.sh).
+(module
+  (import "agenthost" "log" (func $log (param i32 i32 i32)))
+  (memory (export "memory") 1)
+  ;; manifest JSON, after a status byte, at address 0
+  (data (i32.const 0) "\00{\"name\":\"logger\",\"version\":\"0\",\"hooks\":[\"inputPolicy\"],\"actions\":[\"queue\"]}")
+  ;; a queue decision at address 512
+  (data (i32.const 512) "\00\01\00\00")
+  (data (i32.const 600) "hello from a guest")
+  (func (export "agenthost_abi_version") (result i32) (i32.const 1))
+  (func (export "agenthost_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "agenthost_manifest") (result i64) (i64.const 76))
+  (func (export "agenthost_input_policy") (param i32 i32) (result i64)
+    (call $log (i32.const 2) (i32.const 600) (i32.const 18))
+    (i64.const 0x20000000004))
+)

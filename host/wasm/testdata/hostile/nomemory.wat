@@ -1,0 +1,7 @@
+;; nomemory: a guest that does not export its memory; a fixture for host/wasm tests (see testdata/hostile/build.sh).
+(module
+  (memory 1)
+  (func (export "agenthost_abi_version") (result i32) (i32.const 1))
+  (func (export "agenthost_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "agenthost_manifest") (result i64) (i64.const 0))
+)

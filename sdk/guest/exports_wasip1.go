@@ -1,0 +1,168 @@
+//go:build wasip1
+
+//lint:file-ignore U1000 the functions here are called by the host through go:wasmexport.
+
+package guest
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/agenthost/agenthost/abi/guestabi"
+)
+
+//go:wasmimport agenthost log
+func logImport(level int32, ptr unsafe.Pointer, n int32)
+
+func hostLog(level int32, msg string) {
+	if msg == "" {
+		return
+	}
+	logImport(level, unsafe.Pointer(unsafe.StringData(msg)), int32(len(msg)))
+}
+
+var (
+	// in is the region handed to the host by agenthost_alloc.
+	in []byte
+	// out holds the last result; valid until the next call.
+	out []byte
+	// req is reused across inputPolicy calls.
+	req Request
+)
+
+func result(b []byte) uint64 {
+	out = b
+	if len(b) == 0 {
+		return 0
+	}
+	return guestabi.Pack(uint32(uintptr(unsafe.Pointer(&b[0]))), uint32(len(b)))
+}
+
+func errResult(err error) uint64 {
+	return result(guestabi.AppendError(out[:0], err.Error()))
+}
+
+func input(ptr, n uint32) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(ptr))), n)
+}
+
+//go:wasmexport agenthost_abi_version
+func abiVersion() int32 { return guestabi.Version }
+
+//go:wasmexport agenthost_alloc
+func alloc(size uint32) uint32 {
+	if uint32(cap(in)) < size || in == nil {
+		in = make([]byte, max(size, 1024))
+	}
+	return uint32(uintptr(unsafe.Pointer(&in[0])))
+}
+
+//go:wasmexport agenthost_init
+func initGuest(ptr, n uint32) uint64 {
+	var cfg []byte
+	if n > 0 {
+		cfg = append([]byte(nil), input(ptr, n)...)
+	}
+	err := protect(func() error {
+		if registered == nil || registered.Init == nil {
+			return nil
+		}
+		return registered.Init(cfg)
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(append(out[:0], guestabi.StatusOK))
+}
+
+//go:wasmexport agenthost_manifest
+func manifestExport() uint64 {
+	m, err := manifest()
+	if err != nil {
+		return errResult(err)
+	}
+	return result(appendManifest(append(out[:0], guestabi.StatusOK), &m))
+}
+
+//go:wasmexport agenthost_input_policy
+func inputPolicy(ptr, n uint32) uint64 {
+	var d guestabi.Decision
+	err := protect(func() error {
+		if registered == nil || registered.InputPolicy == nil {
+			return errNoHook
+		}
+		if err := readRequest(input(ptr, n), &req); err != nil {
+			return err
+		}
+		var err error
+		d, err = registered.InputPolicy(&req)
+		return err
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(guestabi.AppendDecision(out[:0], d))
+}
+
+//go:wasmexport agenthost_prepare_step
+func prepareStep(ptr, n uint32) uint64 {
+	var res StepResult
+	err := protect(func() error {
+		if registered == nil || registered.PrepareStep == nil {
+			return errNoHook
+		}
+		var r guestabi.StepRequest
+		if err := decodeStepRequest(input(ptr, n), &r); err != nil {
+			return err
+		}
+		var err error
+		res, err = registered.PrepareStep(&r)
+		return err
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(appendStepResult(append(out[:0], guestabi.StatusOK), &res))
+}
+
+// manifest returns the manifest of the registered guest.
+func manifest() (guestabi.Manifest, error) {
+	g := registered
+	if g == nil {
+		return guestabi.Manifest{}, errors.New("no guest registered (call guest.Register from init)")
+	}
+	m := guestabi.Manifest{ABI: guestabi.Version, Name: g.Name, Version: g.Version, Actions: g.Actions}
+	if g.InputPolicy != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookInputPolicy)
+	}
+	if g.PrepareStep != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookPrepareStep)
+	}
+	return m, nil
+}
+
+// protect runs f, turning a panic into an error.
+func protect(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError(r)
+		}
+	}()
+	return f()
+}
+
+var errNoHook = errors.New("hook not implemented by this guest")
+
+// panicError describes a recovered panic without fmt.
+func panicError(r any) error {
+	switch v := r.(type) {
+	case error:
+		return errors.New("panic: " + v.Error())
+	case string:
+		return errors.New("panic: " + v)
+	}
+	return errors.New("panic")
+}
