@@ -113,6 +113,9 @@ const (
 	RoleUser      Role = "user"      // an accepted input
 	RoleAssistant Role = "assistant" // a model step: an answer, or a request for tool calls
 	RoleTool      Role = "tool"      // the result of one tool call
+	// RoleSystem appears only in prompts (added by prepareStep hooks), never
+	// in a thread's history.
+	RoleSystem Role = "system"
 )
 
 // ToolCall is a model's request to call a tool.

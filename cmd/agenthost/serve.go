@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/guests/policy/standard"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/httpapi"
+	"github.com/agenthost/agenthost/host/model"
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/policy"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/wasm"
+)
+
+func init() {
+	register("serve", "run the server: HTTP API over the runtime (embedded default: badgerstore, refine, scripted model)", runServe)
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func runServe(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("serve", "serve [--config FILE] [--store NAME|PATH] [--policy NAME|FILE.wasm] [--model scripted[:FILE]|openai] [--data DIR] [--listen ADDR]",
+		"agenthost serve --data ./agenthost-data --listen 127.0.0.1:7070", stderr)
+	var fc Config
+	var prep stringList
+	configPath := fs.String("config", os.Getenv("AGENTHOST_CONFIG"), "YAML configuration file (env AGENTHOST_CONFIG)")
+	fs.StringVar(&fc.Listen, "listen", "", "HTTP listen address (default 127.0.0.1:7070)")
+	fs.StringVar(&fc.Token, "token", "", "bearer token, required when not listening on loopback")
+	fs.StringVar(&fc.Data, "data", "", "data directory (default ./agenthost-data)")
+	fs.StringVar(&fc.Store, "store", "", "store driver: badgerstore, memstore, or a driver binary's path (default badgerstore)")
+	fs.StringVar(&fc.Policy, "policy", "", "input policy: queue, interrupt, reject, inject, refine, or FILE.wasm (default refine)")
+	fs.Var(&prep, "prepare-step", "prepareStep hook: FILE.wasm (repeatable, in order)")
+	fs.StringVar(&fc.Model, "model", "", "model: scripted, scripted:FILE or openai (default scripted)")
+	if _, code, ok := parse(fs, args); !ok {
+		return code
+	}
+	fc.PrepareStep = prep
+	cfg, err := loadConfig(*configPath, os.LookupEnv, fs, &fc)
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost: bad configuration:", err)
+		return exitUsage
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	noConfig := *configPath == "" && fs.NFlag() == 0 && !anyConfigEnv()
+	if err := serve(ctx, cfg, noConfig, log); err != nil {
+		log.Error("agenthost stopped", "err", err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// anyConfigEnv reports whether an AGENTHOST_* configuration variable is set.
+func anyConfigEnv() bool {
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "AGENTHOST_") && !strings.HasPrefix(kv, "AGENTHOST_SERVER=") && !strings.HasPrefix(kv, "AGENTHOST_REQUIRE_ALL=") {
+			return true
+		}
+	}
+	return false
+}
+
+// serve runs the server until ctx is done, then closes it gracefully.
+// noConfig says that nothing was configured: the embedded default runs.
+func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) error {
+	if !httpapi.IsLoopback(cfg.Listen) && cfg.Token == "" {
+		return fmt.Errorf("listening on %s, which is not loopback, needs a token (token, AGENTHOST_TOKEN or --token)", cfg.Listen)
+	}
+	if noConfig {
+		log.Info("no configuration given: running on the embedded default",
+			"store", "badgerstore", "data", cfg.Data, "policy", "refine", "model", "scripted", "listen", cfg.Listen)
+	}
+	log.Info("agenthost starting", "store", cfg.Store, "data", cfg.Data, "policy", cfg.Policy, "model", cfg.Model, "listen", cfg.Listen)
+	if err := os.MkdirAll(cfg.Data, 0o750); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	d, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer d.Close(context.Background())
+	eng, err := wasm.NewEngine(ctx, wasm.EngineConfig{CacheDir: filepath.Join(cfg.Data, "wasm-cache")})
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	pol, err := loadPolicy(ctx, eng, cfg, log)
+	if err != nil {
+		return err
+	}
+	var hooks []model.PrepareStep
+	for _, p := range cfg.PrepareStep {
+		m, err := eng.LoadFile(ctx, p, wasm.Options{Logger: log})
+		if err != nil {
+			return fmt.Errorf("prepare-step %s: %w", p, err)
+		}
+		hooks = append(hooks, host.StepHook(m))
+	}
+	mdl, tools, err := newModel(cfg)
+	if err != nil {
+		return err
+	}
+	rt, err := host.New(ctx, host.Config{
+		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System,
+		MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		rt.Close(context.Background())
+		return err
+	}
+	restarts := func() int64 { return 0 }
+	if pd, ok := d.(*driverhost.Driver); ok {
+		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
+	}
+	srv := &http.Server{
+		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "recovered_runs", rt.Stats().Recovered)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: no new inputs; runs in flight may finish", "timeout", cfg.ShutdownTimeout)
+	case err := <-errc:
+		log.Error("HTTP server failed", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	rep, cerr := rt.Close(sctx)
+	log.Info("runtime closed", "settled", rep.Settled, "left_active", len(rep.Abandoned), "left_queued", len(rep.Queued))
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	srv.Shutdown(hctx)
+	return cerr
+}
+
+// openStore launches the configured driver as a subprocess.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver, error) {
+	dcfg := map[string]string{}
+	for k, v := range cfg.StoreConfig {
+		dcfg[k] = v
+	}
+	var lc driverhost.Config
+	var err error
+	switch cfg.Store {
+	case "badgerstore":
+		if dcfg["dir"] == "" {
+			dcfg["dir"] = filepath.Join(cfg.Data, "badgerstore")
+		}
+		lc, err = driverhost.Builtin(cfg.Store, dcfg)
+	case "memstore":
+		lc, err = driverhost.Builtin(cfg.Store, dcfg)
+	default:
+		if !strings.ContainsRune(cfg.Store, os.PathSeparator) {
+			return nil, fmt.Errorf("store %q: not a built-in driver (%s) nor a path to a driver binary", cfg.Store, strings.Join(driverhost.BuiltinNames(), ", "))
+		}
+		lc = driverhost.Config{Path: cfg.Store, DriverConfig: dcfg}
+	}
+	if err != nil {
+		return nil, err
+	}
+	lc.Logger = log
+	d, err := driverhost.Launch(ctx, lc)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
+	}
+	info, err := d.Info(ctx)
+	if err != nil {
+		d.Close(context.Background())
+		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
+	}
+	log.Info("store driver ready", "name", info.Name, "version", info.Version, "durable", info.Durable, "pid", d.Pid())
+	return d, nil
+}
+
+// loadPolicy returns the configured input policy: a standard one by name,
+// or a wasm module from a file.
+func loadPolicy(ctx context.Context, eng *wasm.Engine, cfg Config, log *slog.Logger) (policy.Policy, error) {
+	opts := wasm.Options{Config: []byte(cfg.PolicyConfig), Logger: log}
+	switch cfg.Policy {
+	case "refine":
+		return eng.Load(ctx, standard.RefineC, opts)
+	case "queue", "interrupt", "reject", "inject":
+		coalesce := strings.Contains(strings.ReplaceAll(cfg.PolicyConfig, " ", ""), `"coalescePending":true`)
+		return policy.Static{Name: cfg.Policy, Decision: runstate.Decision{Action: runstate.Action(cfg.Policy), CoalescePending: coalesce}}, nil
+	}
+	if !strings.HasSuffix(cfg.Policy, ".wasm") {
+		return nil, fmt.Errorf("policy %q: want queue, interrupt, reject, inject, refine or a .wasm file", cfg.Policy)
+	}
+	m, err := eng.LoadFile(ctx, cfg.Policy, opts)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", cfg.Policy, err)
+	}
+	if !m.HasHook("inputPolicy") {
+		return nil, fmt.Errorf("policy %s: the module implements no inputPolicy hook", cfg.Policy)
+	}
+	return m, nil
+}
+
+// defaultScript is the scripted model of the embedded default: a short
+// lookup, then an answer that echoes the inputs it saw.
+var defaultScript = model.Script{Steps: []model.ScriptStep{
+	{Delay: model.Duration(500 * time.Millisecond), Tool: &model.ScriptTool{Name: "lookup", Arguments: `{}`}},
+	{Delay: model.Duration(500 * time.Millisecond), Answer: "echo"},
+}}
+
+// lookupTool is the scripted model's tool.
+type lookupTool struct{}
+
+func (lookupTool) Spec() model.ToolSpec {
+	return model.ToolSpec{Name: "lookup", Description: "looks up notes about the thread"}
+}
+func (lookupTool) Call(context.Context, string) (string, error) { return "no notes", nil }
+
+func newModel(cfg Config) (model.Model, []model.Tool, error) {
+	switch {
+	case cfg.Model == "scripted":
+		m, err := model.NewScripted(defaultScript)
+		return m, []model.Tool{lookupTool{}}, err
+	case strings.HasPrefix(cfg.Model, "scripted:"):
+		s, err := model.LoadScript(strings.TrimPrefix(cfg.Model, "scripted:"))
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := model.NewScripted(s)
+		return m, []model.Tool{lookupTool{}}, err
+	case cfg.Model == "openai":
+		m, err := model.NewOpenAI(model.OpenAIConfig{BaseURL: cfg.OpenAI.BaseURL, Model: cfg.OpenAI.Model, APIKey: os.Getenv(cfg.OpenAI.APIKeyEnv)})
+		return m, nil, err
+	}
+	return nil, nil, errors.New("unknown model " + cfg.Model)
+}
