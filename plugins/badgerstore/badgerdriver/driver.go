@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ type Driver struct {
 	mu     sync.RWMutex
 	closed bool
 
+	lock *os.File // the data directory's process lock; nil in memory
+
 	reqs      chan *commitReq // to the committer
 	committed chan struct{}   // closed when the committer has ended
 	stopGC    chan struct{}
@@ -61,15 +64,24 @@ func Open(cfg Config) (*Driver, error) {
 		WithNumCompactors(2).
 		WithBlockCacheSize(32 << 20).
 		WithDetectConflicts(true)
+	var lock *os.File
 	if cfg.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
+	} else {
+		var err error
+		if lock, err = lockDir(cfg.Dir, lockWait); err != nil {
+			return nil, err
+		}
 	}
 	db, err := badger.Open(opts)
 	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
 		return nil, fmt.Errorf("%w: badgerstore: opening %s: %v", driver.ErrInvalidArgument, cfg.Dir, err)
 	}
 	d := &Driver{
-		cfg: cfg, db: db, log: cfg.Logger,
+		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
 		reqs:      make(chan *commitReq, cfg.MaxGroup),
 		committed: make(chan struct{}),
 		stopGC:    make(chan struct{}),
@@ -282,11 +294,19 @@ func (d *Driver) Close(ctx context.Context) error {
 	<-d.committed
 	close(d.stopGC)
 	<-d.gcDone
-	if err := d.db.Close(); err != nil {
+	err := d.db.Close()
+	if d.lock != nil {
+		d.lock.Close() // releases the process lock
+	}
+	if err != nil {
 		return fmt.Errorf("badgerstore: closing: %w", err)
 	}
 	return nil
 }
+
+// lockWait is how long Open waits for a previous process to release the
+// data directory.
+const lockWait = 30 * time.Second
 
 // gcLoop runs the value log GC every GCInterval until Close.
 func (d *Driver) gcLoop() {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+)
+
+func TestMain(m *testing.M) {
+	// Re-executed as a built-in store driver: main1 serves it.
+	if os.Getenv(driverhost.BuiltinEnv) != "" {
+		os.Exit(main1())
+	}
+	testscript.Main(m, map[string]func(){"agenthost": func() { os.Exit(main1()) }})
+}
+
+// TestScripts runs the command line end to end: the txtar scripts in
+// testdata/script run the real agenthost binary (serve, submit, kill -9,
+// restart, ...).
+func TestScripts(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(env *testscript.Env) error {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			env.Setenv("PORT", strconv.Itoa(port))
+			env.Setenv("AGENTHOST_SERVER", fmt.Sprintf("http://127.0.0.1:%d", port))
+			env.Setenv("REPO", root)
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// waitserver waits until the server answers /healthz.
+			"waitserver": func(ts *testscript.TestScript, neg bool, args []string) {
+				url := ts.Getenv("AGENTHOST_SERVER") + "/healthz"
+				deadline := time.Now().Add(60 * time.Second)
+				for time.Now().Before(deadline) {
+					if resp, err := http.Get(url); err == nil {
+						resp.Body.Close()
+						if resp.StatusCode == 200 {
+							return
+						}
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				ts.Fatalf("the server at %s did not come up", url)
+			},
+		},
+	})
+}
