@@ -149,11 +149,10 @@ func TestSubmitAndResult(t *testing.T) {
 	if resp.StatusCode != 200 || len(msgs) != 2 || msgs[0].Role != "user" || msgs[1].Content != "hello" {
 		t.Fatalf("messages: %s", body)
 	}
-	resp, body = s.do(t, "GET", "/healthz", "")
-	if resp.StatusCode != 200 {
+	if resp, _ = s.do(t, "GET", "/healthz", ""); resp.StatusCode != 200 {
 		t.Fatalf("healthz: %d", resp.StatusCode)
 	}
-	resp, body = s.do(t, "GET", "/metrics", "")
+	_, body = s.do(t, "GET", "/metrics", "")
 	for _, want := range []string{`agenthost_admissions_total{decision="start"} 1`, `agenthost_runs_terminal_total{reason="completed"} 1`, "agenthost_store_commit_seconds_count", "agenthost_driver_restarts_total 0", "agenthost_policy_fallbacks_total 0", "agenthost_absorptions_total 0", "agenthost_absorb_entries_dropped_total 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
@@ -164,10 +163,10 @@ func TestSubmitAndResult(t *testing.T) {
 // TestErrorCodes provokes every documented error code with a real request.
 func TestErrorCodes(t *testing.T) {
 	s := newServer(t, true, httpapi.Options{MaxBodyBytes: 1024})
-	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"first"}`, "Idempotency-Key", "k1")
+	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"first"}`, "Idempotency-Key", "k1")
 	adm := decode[httpapi.Admission](t, body)
 	// busy: the thread is busy (the model waits) and the policy rejects.
-	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"second","hint":"reject"}`)
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"second","hint":"reject"}`)
 	wantProblem(t, resp, body, 409, "busy")
 	// key_reused.
 	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"other"}`, "Idempotency-Key", "k1")
@@ -192,7 +191,7 @@ func TestErrorCodes(t *testing.T) {
 	resp, body = s.do(t, "POST", "/v1/runs/run_nope/cancel", "")
 	wantProblem(t, resp, body, 404, "not_found")
 	// Cancel: a queued run is canceled; the active one is not queued.
-	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"later"}`)
+	_, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"later"}`)
 	queued := decode[httpapi.Admission](t, body)
 	resp, body = s.do(t, "POST", "/v1/runs/"+queued.RunID+"/cancel", "")
 	if resp.StatusCode != 200 || decode[httpapi.Run](t, body).TerminalReason != "canceled" {
