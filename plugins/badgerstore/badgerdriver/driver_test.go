@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -216,5 +217,27 @@ func BenchmarkCommit(b *testing.B) {
 			defer d.Close(context.Background())
 			storedrivertest.BenchCommits(b, d, threads)
 		})
+	}
+}
+
+// TestValueLogGC: with a short GC interval the scheduled value log GC runs
+// alongside commits of large values, and Close still ends it cleanly.
+func TestValueLogGC(t *testing.T) {
+	ctx := context.Background()
+	cfg := badgerdriver.DefaultConfig(t.TempDir())
+	cfg.GCInterval = 5 * time.Millisecond
+	d, err := badgerdriver.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := int64(0); v < 20; v++ {
+		b := batch("th", v)
+		b.Messages[0].Content = strings.Repeat("y", 2<<20) // into the value log
+		if _, err := d.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
