@@ -114,35 +114,73 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 	return &storepb.CommitResponse{Version: v}, nil
 }
 
-// CommitMany implements storepb.StoreServer: it commits the batches
-// concurrently, each with its own result.
+// ManyCommitter is an optional interface of a driver, found by type
+// assertion: it commits several batches, each on its own, and returns one
+// version and one error per batch, in order. A driver that groups commits
+// implements it so that the batches of one CommitMany share a group; for
+// any other driver the server calls Commit concurrently.
+type ManyCommitter interface {
+	CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error)
+}
+
+// CommitMany implements storepb.StoreServer: each batch gets its own result.
 func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest) (*storepb.CommitManyResponse, error) {
 	d, err := s.driver()
 	if err != nil {
 		return nil, err
 	}
-	res := make([]*storepb.CommitResult, len(req.GetBatches()))
-	var wg sync.WaitGroup
-	for i, pb := range req.GetBatches() {
-		wg.Go(func() {
-			v, err := commitOne(ctx, d, pb)
-			r := &storepb.CommitResult{Version: v}
-			if err != nil {
-				r.Code, r.Message, r.Reason = errorFields(err)
+	pbs := req.GetBatches()
+	versions := make([]int64, len(pbs))
+	errs := make([]error, len(pbs))
+	if mc, ok := d.(ManyCommitter); ok {
+		bs := make([]driver.Batch, 0, len(pbs))
+		idx := make([]int, 0, len(pbs))
+		for i, pb := range pbs {
+			if errs[i] = checkBatch(pb); errs[i] == nil {
+				bs = append(bs, BatchFromProto(pb))
+				idx = append(idx, i)
 			}
-			res[i] = r
-		})
+		}
+		vs, es := mc.CommitMany(ctx, bs)
+		if len(vs) != len(bs) || len(es) != len(bs) {
+			return nil, ToStatus(fmt.Errorf("driver answered %d of %d commits", len(es), len(bs)))
+		}
+		for k, i := range idx {
+			versions[i], errs[i] = vs[k], es[k]
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i, pb := range pbs {
+			wg.Go(func() { versions[i], errs[i] = commitOne(ctx, d, pb) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	res := make([]*storepb.CommitResult, len(pbs))
+	for i := range pbs {
+		r := &storepb.CommitResult{Version: versions[i]}
+		if errs[i] != nil {
+			r.Code, r.Message, r.Reason = errorFields(errs[i])
+		}
+		res[i] = r
+	}
 	return &storepb.CommitManyResponse{Results: res}, nil
 }
 
-func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
+// checkBatch makes the checks the server makes on a batch before the
+// driver sees it.
+func checkBatch(pb *storepb.Batch) error {
 	if pb == nil {
-		return 0, fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
+		return fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
 	}
 	if n := proto.Size(pb); n > MaxBatchBytes {
-		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
+		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
+	}
+	return nil
+}
+
+func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
+	if err := checkBatch(pb); err != nil {
+		return 0, err
 	}
 	return d.Commit(ctx, BatchFromProto(pb))
 }

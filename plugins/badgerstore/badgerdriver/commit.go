@@ -72,28 +72,13 @@ func encode(b driver.Batch) (encoded, error) {
 
 // Commit implements driver.Driver.
 func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
-	if err := storedriver.ValidateBatch(b); err != nil {
-		return 0, err
-	}
-	enc, err := encode(b)
+	req, err := d.prepare(ctx, b)
 	if err != nil {
-		return 0, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
-	}
-	if enc.size > d.cfg.MaxBatchBytes {
-		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
-	}
-	req := &commitReq{ctx: ctx, b: b, enc: enc, done: make(chan error, 1)}
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
-		return 0, driver.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		d.mu.RUnlock()
 		return 0, err
 	}
-	d.reqs <- req
-	d.mu.RUnlock()
+	if err := d.submit(ctx, []*commitReq{req}); err != nil {
+		return 0, err
+	}
 	// Wait for the verdict even if ctx ends: the committer answers within
 	// one group, and an answer is better than an unknown outcome.
 	if err := <-req.done; err != nil {
@@ -102,20 +87,83 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	return b.Thread.Version, nil
 }
 
+// CommitMany implements storedriver.ManyCommitter: the batches are queued
+// together, so that they share a group, and each gets its own result.
+func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
+	versions := make([]int64, len(bs))
+	errs := make([]error, len(bs))
+	reqs := make([]*commitReq, 0, len(bs))
+	idx := make([]int, 0, len(bs))
+	for i, b := range bs {
+		req, err := d.prepare(ctx, b)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		reqs = append(reqs, req)
+		idx = append(idx, i)
+	}
+	if err := d.submit(ctx, reqs); err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return versions, errs
+	}
+	for k, req := range reqs {
+		i := idx[k]
+		if errs[i] = <-req.done; errs[i] == nil {
+			versions[i] = bs[i].Thread.Version
+		}
+	}
+	return versions, errs
+}
+
+// prepare checks and encodes a batch for the committer.
+func (d *Driver) prepare(ctx context.Context, b driver.Batch) (*commitReq, error) {
+	if err := storedriver.ValidateBatch(b); err != nil {
+		return nil, err
+	}
+	enc, err := encode(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
+	}
+	if enc.size > d.cfg.MaxBatchBytes {
+		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
+	}
+	return &commitReq{ctx: ctx, b: b, enc: enc, done: make(chan error, 1)}, nil
+}
+
+// submit queues reqs for the committer, together.
+func (d *Driver) submit(ctx context.Context, reqs []*commitReq) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return driver.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.reqs <- reqs
+	return nil
+}
+
 // committer applies queued commits a group at a time until reqs is closed.
 func (d *Driver) committer() {
 	defer close(d.committed)
 	group := make([]*commitReq, 0, d.cfg.MaxGroup)
-	for req := range d.reqs {
-		group = append(group[:0], req)
+	for reqs := range d.reqs {
+		group = append(group[:0], reqs...)
 	fill:
 		for len(group) < d.cfg.MaxGroup {
 			select {
-			case r, ok := <-d.reqs:
+			case more, ok := <-d.reqs:
 				if !ok {
 					break fill
 				}
-				group = append(group, r)
+				group = append(group, more...)
 			default:
 				break fill
 			}

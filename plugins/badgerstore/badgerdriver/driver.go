@@ -41,13 +41,16 @@ type Driver struct {
 
 	lock *os.File // the data directory's process lock; nil in memory
 
-	reqs      chan *commitReq // to the committer
-	committed chan struct{}   // closed when the committer has ended
+	reqs      chan []*commitReq // to the committer, a caller's batches together
+	committed chan struct{}     // closed when the committer has ended
 	stopGC    chan struct{}
 	gcDone    chan struct{}
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver             = (*Driver)(nil)
+	_ storedriver.ManyCommitter = (*Driver)(nil)
+)
 
 // Open opens (creating if needed) the database in cfg.Dir.
 func Open(cfg Config) (*Driver, error) {
@@ -82,7 +85,7 @@ func Open(cfg Config) (*Driver, error) {
 	}
 	d := &Driver{
 		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
-		reqs:      make(chan *commitReq, cfg.MaxGroup),
+		reqs:      make(chan []*commitReq, cfg.MaxGroup),
 		committed: make(chan struct{}),
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),

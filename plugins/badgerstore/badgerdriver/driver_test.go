@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -216,5 +217,64 @@ func BenchmarkCommit(b *testing.B) {
 			defer d.Close(context.Background())
 			storedrivertest.BenchCommits(b, d, threads)
 		})
+	}
+}
+
+// TestValueLogGC: with a short GC interval the scheduled value log GC runs
+// alongside commits of large values, and Close still ends it cleanly.
+func TestValueLogGC(t *testing.T) {
+	ctx := context.Background()
+	cfg := badgerdriver.DefaultConfig(t.TempDir())
+	cfg.GCInterval = 5 * time.Millisecond
+	d, err := badgerdriver.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := int64(0); v < 20; v++ {
+		b := batch("th", v)
+		b.Messages[0].Content = strings.Repeat("y", 2<<20) // into the value log
+		if _, err := d.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCommitMany: batches committed together each get their own result,
+// and a bad one takes nothing of the others down with it.
+func TestCommitMany(t *testing.T) {
+	ctx := context.Background()
+	d := open(t, t.TempDir())
+	defer d.Close(ctx)
+	big := batch("big", 0)
+	for k := range 12 { // values under the value threshold count in full
+		big.Messages = append(big.Messages, record.Message{ID: fmt.Sprintf("big-%d", k), ThreadID: "big", Seq: 101 + int64(k), Content: strings.Repeat("z", 900<<10)})
+	}
+	bs := []driver.Batch{
+		batch("a", 0),
+		batch("a", 0), // same thread and version, after the first: conflict
+		{},            // invalid
+		big,           // too large for one transaction
+		batch("b", 0),
+	}
+	vs, errs := d.CommitMany(ctx, bs)
+	want := []error{nil, driver.ErrVersionConflict, driver.ErrInvalidArgument, driver.ErrTooLarge, nil}
+	for i := range bs {
+		if (want[i] == nil) != (errs[i] == nil) || (want[i] != nil && !errors.Is(errs[i], want[i])) {
+			t.Errorf("batch %d: %v, want %v", i, errs[i], want[i])
+		}
+		if want[i] == nil && vs[i] != 1 {
+			t.Errorf("batch %d: version %d", i, vs[i])
+		}
+	}
+	for _, th := range []string{"a", "b"} {
+		if snap, err := d.LoadThread(ctx, th); err != nil || snap.Thread.Version != 1 {
+			t.Errorf("thread %s: %+v, %v", th, snap.Thread, err)
+		}
+	}
+	if snap, err := d.LoadThread(ctx, "big"); err != nil || snap.Thread.Version != 0 {
+		t.Errorf("thread big: %+v, %v", snap.Thread, err)
 	}
 }
