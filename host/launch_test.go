@@ -3,7 +3,7 @@ package host_test
 import (
 	"context"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 func driverhostBuiltin(dir string) (driverhost.Config, error) {

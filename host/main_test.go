@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/abi/driver"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/guests/policy/standard"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/wasm"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // servePluginIfAsked serves a built-in store driver when this binary was

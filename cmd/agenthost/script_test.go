@@ -12,7 +12,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // bins holds the driver binaries TestMain builds: name → path. It is empty

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // parentMain launches the memstore driver, prints its pid, and waits to be

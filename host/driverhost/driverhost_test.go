@@ -15,7 +15,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
