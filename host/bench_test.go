@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -25,6 +26,14 @@ var benchDrivers = map[string]func(b *testing.B) driver.Driver{
 	"memdriver": func(*testing.B) driver.Driver { return memdriver.New() },
 	"badgerstore-plugin": func(b *testing.B) driver.Driver {
 		return launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
+	},
+	"badger-inprocess": func(b *testing.B) driver.Driver {
+		d, err := badgerdriver.Open(badgerdriver.DefaultConfig(b.TempDir()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { d.Close(context.Background()) })
+		return d
 	},
 }
 
