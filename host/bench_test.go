@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -45,7 +46,7 @@ func benchRuntime(b *testing.B, d driver.Driver, pol policy.Policy, script model
 	}
 	rt, err := host.New(context.Background(), host.Config{
 		Driver: d, Policy: pol, Model: m, Tools: []model.Tool{lookupTool{}}, MaxConcurrentRuns: conc,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: benchLogger(),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -246,4 +247,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// benchLogger discards the runtime's log, unless AGENTHOST_BENCH_LOG is set:
+// then warnings and errors go to stderr.
+func benchLogger() *slog.Logger {
+	if os.Getenv("AGENTHOST_BENCH_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -7,12 +7,19 @@ import (
 	"github.com/agenthost/agenthost/host/runstate"
 )
 
-// kick schedules a thread: a worker will start the head of its queue unless
-// the thread is already executing or waiting.
+// kick schedules a thread: a worker will start the head of its queue. A
+// thread that is waiting already stays as it is; one that a worker holds is
+// marked, and scheduled again when the worker lets go of it, since the
+// worker may have looked at the queue before the input that caused this
+// kick was committed.
 func (rt *Runtime) kick(thread string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.closed || rt.queued[thread] || rt.running[thread] != nil {
+	if rt.closed || rt.queued[thread] {
+		return
+	}
+	if rt.running[thread] != nil {
+		rt.rekick[thread] = true
 		return
 	}
 	rt.queued[thread] = true
@@ -50,6 +57,8 @@ func (rt *Runtime) worker() {
 		again := rt.startAndExecute(thread, ex)
 		rt.mu.Lock()
 		delete(rt.running, thread)
+		again = again || rt.rekick[thread]
+		delete(rt.rekick, thread)
 		rt.mu.Unlock()
 		if again {
 			rt.kick(thread)

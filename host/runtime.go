@@ -74,6 +74,7 @@ type Runtime struct {
 	queue   []string            // threads waiting for a worker, FIFO
 	queued  map[string]bool     // threads in queue
 	running map[string]*runExec // thread → its executing run
+	rekick  map[string]bool     // threads kicked while a worker held them
 	waiters map[string][]chan struct{}
 	workers sync.WaitGroup
 }
@@ -131,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		events:  newEventLog(cfg.EventRuns),
 		queued:  map[string]bool{},
 		running: map[string]*runExec{},
+		rekick:  map[string]bool{},
 		waiters: map[string][]chan struct{}{},
 	}
 	rt.st = store.New(cfg.Driver, store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe})

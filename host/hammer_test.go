@@ -1,0 +1,67 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// TestHammerSequentialClients: many clients, one per thread, each
+// submitting its next input as soon as the previous one is answered, with a
+// model that answers at once. Every input must be answered: a thread whose
+// new input arrives while a worker is letting go of it must not be
+// forgotten.
+func TestHammerSequentialClients(t *testing.T) {
+	const threads, perThread = 32, 25
+	m, _ := model.NewScripted(model.Script{})
+	rt, err := host.New(context.Background(), host.Config{Driver: slowDriver{memdriver.New()}, Model: m, MaxConcurrentRuns: 8, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	var wg sync.WaitGroup
+	for c := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perThread {
+				tk, err := rt.Submit(context.Background(), fmt.Sprintf("T%d", c), fmt.Sprint(i), host.SubmitOptions{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res, err := tk.Wait(ctx)
+				cancel()
+				if err != nil || res.Answer == nil {
+					t.Errorf("thread T%d input %d never answered: %+v %v", c, i, res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// slowDriver takes a little time over every load and commit, as a durable
+// driver does, which widens the windows between a worker's look at a queue
+// and a concurrent admission.
+type slowDriver struct{ driver.Driver }
+
+func (d slowDriver) LoadThread(ctx context.Context, id string) (driver.ThreadSnapshot, error) {
+	s, err := d.Driver.LoadThread(ctx, id)
+	time.Sleep(300 * time.Microsecond) // the answer takes a while to come back
+	return s, err
+}
+
+func (d slowDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	time.Sleep(300 * time.Microsecond)
+	return d.Driver.Commit(ctx, b)
+}
