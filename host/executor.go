@@ -258,8 +258,13 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 			c = runstate.CommitTerminal{ThreadID: c.ThreadID, RunID: c.RunID, Owner: c.Owner, Reason: record.ReasonFailed, Error: err.Error()}
 			continue
 		case !transient(err):
-			// The run stays active; the next start recovers it.
-			rt.log.Error("terminal commit refused", "run", e.run.ID, "err", err)
+			// Do not leave the run active with no executor: queue it again
+			// (or fail it, once it has used its attempts), as recovery would.
+			rt.log.Error("terminal commit refused; queueing the run again", "run", e.run.ID, "err", err)
+			if _, rerr := rt.st.Recover(context.WithoutCancel(e.ex.ctx), e.run, rt.epoch); rerr != nil {
+				rt.log.Error("queueing the run again failed; the next start recovers it", "run", e.run.ID, "err", rerr)
+			}
+			rt.settled(e.run.ID)
 			return
 		}
 		rt.stats.commitErrors.Add(1)

@@ -65,3 +65,54 @@ func (d slowDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	time.Sleep(300 * time.Microsecond)
 	return d.Driver.Commit(ctx, b)
 }
+
+// refusingDriver refuses the first n commits that end a run, as a driver
+// with a bug or a broken disk might.
+type refusingDriver struct {
+	driver.Driver
+	mu sync.Mutex
+	n  int
+}
+
+func (d *refusingDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	d.mu.Lock()
+	refuse := false
+	for _, r := range b.Runs {
+		if r.EndSeq != 0 && d.n > 0 {
+			refuse = true
+		}
+	}
+	if refuse {
+		d.n--
+	}
+	d.mu.Unlock()
+	if refuse {
+		return 0, fmt.Errorf("%w: refused by the test", driver.ErrInvalidArgument)
+	}
+	return d.Driver.Commit(ctx, b)
+}
+
+// TestTerminalCommitRefused: when a run's terminal record cannot be written
+// (nor the failure that replaces it), the run is queued again instead of
+// staying active with no executor, and a later attempt answers it.
+func TestTerminalCommitRefused(t *testing.T) {
+	m, _ := model.NewScripted(model.Script{})
+	rt, err := host.New(context.Background(), host.Config{Driver: &refusingDriver{Driver: memdriver.New(), n: 2}, Model: m, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	tk, err := rt.Submit(context.Background(), "T", "hello", host.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := tk.Wait(ctx)
+	if err != nil || res.Answer == nil || res.Answer.Content != "hello" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if r, _ := rt.Run(ctx, tk.RunID); r.Attempt != 2 {
+		t.Fatalf("answered on attempt %d, want 2", r.Attempt)
+	}
+}
