@@ -56,8 +56,11 @@ func benchRuntime(b *testing.B, d driver.Driver, pol policy.Policy, script model
 }
 
 // BenchmarkRunsEndToEnd: runs per second with a zero-delay scripted model,
-// b.N runs spread over the given number of threads, each thread's inputs
-// submitted one after another by its own client.
+// b.N runs spread over the given number of concurrent clients, each
+// submitting one input at a time to its thread and waiting for the answer.
+// A client moves to a fresh thread every 50 inputs: a run's prompt is its
+// whole conversation, so one endless thread would measure the length of
+// that conversation rather than the runtime.
 func BenchmarkRunsEndToEnd(b *testing.B) {
 	for _, dname := range sortedKeys(benchDrivers) {
 		for _, threads := range []int{1, 64, 1024} {
@@ -75,7 +78,7 @@ func BenchmarkRunsEndToEnd(b *testing.B) {
 					go func() {
 						defer wg.Done()
 						for i := range n {
-							tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", c), fmt.Sprintf("in %d", i), host.SubmitOptions{})
+							tk, err := rt.Submit(ctx, fmt.Sprintf("T%d-%d", c, i/50), fmt.Sprintf("in %d", i), host.SubmitOptions{})
 							if err != nil {
 								b.Error(err)
 								return
