@@ -120,7 +120,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
-				tk, err := rt.Submit(ctx, "T", fmt.Sprint(i), host.SubmitOptions{})
+				tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", i/50), fmt.Sprint(i), host.SubmitOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
