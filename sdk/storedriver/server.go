@@ -144,7 +144,12 @@ func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, 
 	if n := proto.Size(pb); n > MaxBatchBytes {
 		return 0, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
 	}
-	return d.Commit(ctx, BatchFromProto(pb))
+	Fault(FaultBeforeCommit)
+	v, err := d.Commit(ctx, BatchFromProto(pb))
+	if err == nil {
+		Fault(FaultAfterSyncBeforeReply)
+	}
+	return v, err
 }
 
 // GetRuns implements storepb.StoreServer.
