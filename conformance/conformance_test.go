@@ -1,0 +1,50 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/agenthost/agenthost/conformance"
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+)
+
+func TestMemstore(t *testing.T) {
+	needBins(t)
+	rep := conformance.Run(t, conformance.Binary(bins["memstore"], conformance.NoConfig), conformance.Options{})
+	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic}) {
+		t.Errorf("memstore passed tiers %v, want [basic]", rep.Passed)
+	}
+}
+
+func TestBadgerstore(t *testing.T) {
+	needBins(t)
+	rep := conformance.Run(t, conformance.Binary(bins["badgerstore"], conformance.DirConfig), conformance.Options{})
+	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic, conformance.TierDurable}) {
+		t.Errorf("badgerstore passed tiers %v, want [basic durable]", rep.Passed)
+	}
+}
+
+// TestBroken: each broken driver fails the suite, naming the rule it broke.
+func TestBroken(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rule := range brokenDrivers {
+		t.Run(name, func(t *testing.T) {
+			f := conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.NoConfig)
+			rep, err := conformance.Check(context.Background(), f, conformance.Options{ScratchDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Pass {
+				t.Fatalf("broken driver %s passed the suite", name)
+			}
+			if rules := rep.FailedRules(); !slices.Contains(rules, rule) {
+				t.Fatalf("broken driver %s failed rules %v, want %s among them", name, rules, rule)
+			}
+		})
+	}
+}
