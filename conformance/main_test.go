@@ -27,12 +27,11 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if name := os.Getenv(brokenEnv); name != "" {
-		f, durable := brokenFactory(name)
+		f := brokenFactory(name)
 		if f == nil {
 			fmt.Fprintln(os.Stderr, "no broken driver", name)
 			os.Exit(1)
 		}
-		_ = durable
 		storedriver.Serve(f)
 		os.Exit(0)
 	}
