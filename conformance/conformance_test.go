@@ -54,3 +54,20 @@ func TestBroken(t *testing.T) {
 		})
 	}
 }
+
+// TestFullProfile: the full profile (10k runs across 1k threads, 1 MiB
+// messages, longer commit streams) on both drivers.
+func TestFullProfile(t *testing.T) {
+	needBins(t)
+	if testing.Short() {
+		t.Skip("the full profile is long")
+	}
+	for name, cfg := range map[string]conformance.ConfigFunc{"memstore": conformance.NoConfig, "badgerstore": conformance.DirConfig} {
+		t.Run(name, func(t *testing.T) {
+			rep := conformance.Run(t, conformance.Binary(bins[name], cfg), conformance.Options{Profile: conformance.Full})
+			if !rep.Pass {
+				t.Fatal("the full profile failed")
+			}
+		})
+	}
+}
