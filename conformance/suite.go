@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/agenthost/agenthost/abi/driver"
 )
 
 // Version is the version of the suite. It appears in every report and keys
@@ -265,8 +263,8 @@ type testCase struct {
 	fn          func(c *C)
 }
 
-// cases is the suite, in the order it runs. The groups register theirs in
-// their files' init functions... kept in one list for a stable order.
+// cases is the suite, in the order it runs: each group's file appends its
+// cases in its init function (files initialize in name order).
 var cases []testCase
 
 type suite struct {
@@ -324,15 +322,14 @@ func (s *suite) run(ctx context.Context, tc testCase) (res Result) {
 // C is the context of one case: it starts driver instances and records
 // failures, each against a named rule.
 type C struct {
-	ctx      context.Context
-	s        *suite
-	full     bool
-	failed   bool
-	skip     string
-	rules    []string
-	msgs     []string
-	closers  []func()
-	dirCount int
+	ctx     context.Context
+	s       *suite
+	full    bool
+	failed  bool
+	skip    string
+	rules   []string
+	msgs    []string
+	closers []func()
 }
 
 func (c *C) errorf(rule, format string, args ...any) {
@@ -405,5 +402,3 @@ func (c *C) ok(rule, what string, err error) {
 		c.Fatalf(rule, "%s: %v", what, err)
 	}
 }
-
-var _ = driver.ErrNotFound

@@ -185,7 +185,7 @@ func (g *Gate) save(certs []Certificate) error {
 		return fmt.Errorf("trust: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err == nil {
+	if _, err = tmp.Write(append(b, '\n')); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
