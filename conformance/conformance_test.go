@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
@@ -64,10 +65,16 @@ func TestFullProfile(t *testing.T) {
 	}
 	for name, cfg := range map[string]conformance.ConfigFunc{"memstore": conformance.NoConfig, "badgerstore": conformance.DirConfig} {
 		t.Run(name, func(t *testing.T) {
-			rep := conformance.Run(t, conformance.Binary(bins[name], cfg), conformance.Options{Profile: conformance.Full})
-			if !rep.Pass {
-				t.Fatal("the full profile failed")
+			rep, err := conformance.Check(context.Background(), conformance.Binary(bins[name], cfg), conformance.Options{Profile: conformance.Full, ScratchDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
 			}
+			if !rep.Pass {
+				var buf strings.Builder
+				_ = rep.WriteText(&buf)
+				t.Fatalf("the full profile failed:\n%s", buf.String())
+			}
+			t.Logf("full profile in %s", rep.Duration)
 		})
 	}
 }

@@ -176,6 +176,7 @@ func testCrashMidCommit(c *C) {
 	if len(reached) == 0 {
 		c.Skipf("the driver reached none of the fault points (it does not use the Go driver SDK's server)")
 	}
+	c.Logf("killed at %s", strings.Join(reached, ", "))
 }
 
 func testScaleRuns(c *C) {

@@ -125,7 +125,7 @@ func ProgressLine(res Result) string {
 	switch {
 	case res.Status == Fail:
 		line += "\n      " + strings.ReplaceAll(res.Message, "\n", "\n      ")
-	case res.Status == Skip && res.Message != "":
+	case res.Message != "":
 		line += "  (" + res.Message + ")"
 	}
 	return line

@@ -313,8 +313,11 @@ func (s *suite) run(ctx context.Context, tc testCase) (res Result) {
 	slices.Sort(c.rules)
 	res.Rules = slices.Compact(c.rules)
 	res.Message = strings.Join(c.msgs, "\n")
-	if c.skip != "" && !c.failed {
+	switch {
+	case c.skip != "" && !c.failed:
 		res.Message = c.skip
+	case !c.failed:
+		res.Message = strings.Join(c.notes, "; ")
 	}
 	return res
 }
@@ -329,6 +332,7 @@ type C struct {
 	skip    string
 	rules   []string
 	msgs    []string
+	notes   []string
 	closers []func()
 }
 
@@ -346,6 +350,9 @@ func (c *C) Fatalf(rule, format string, args ...any) {
 	c.errorf(rule, format, args...)
 	panic(stop{})
 }
+
+// Logf notes something about a case that passes (it goes in its message).
+func (c *C) Logf(format string, args ...any) { c.notes = append(c.notes, fmt.Sprintf(format, args...)) }
 
 // Skipf ends the case as skipped.
 func (c *C) Skipf(format string, args ...any) {
