@@ -36,11 +36,11 @@ func injectCoalesce(context.Context, store.ThreadView) (runstate.Decision, error
 	return runstate.Decision{Action: runstate.ActionInject, CoalescePending: true}, nil
 }
 
-// hostStore returns the store layer over a fresh instance, with small pages
-// so that the scans page.
-func (c *C) hostStore() (*store.Store, Instance, string) {
-	d, dir := c.start()
-	return store.New(d, store.Options{PageSize: 2}), d, dir
+// hostStore returns the store layer over the suite's shared instance, with
+// small pages so that the scans page.
+func (c *C) hostStore() (*store.Store, Instance) {
+	d := c.sharedInstance()
+	return store.New(d, store.Options{PageSize: 2}), d
 }
 
 func (c *C) admit(rule string, s *store.Store, thread, key, content string, decide store.Decider) store.Admission {
@@ -142,7 +142,7 @@ func (c *C) invariants(s *store.Store, thread string) {
 
 func testS1(c *C) {
 	const rule, th = "semantics.S1", "s1"
-	s, _, _ := c.hostStore()
+	s, _ := c.hostStore()
 	a := c.admit(rule, s, th, "ka", "summarise this thread", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "kb", "in bullet points", inject)
@@ -174,7 +174,7 @@ func testS1(c *C) {
 // answer land together.
 func testAbsorbingPair(c *C) {
 	const rule, th = "atomicity.absorbing-pair", "s14"
-	s, d, _ := c.hostStore()
+	s, d := c.hostStore()
 	c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)
@@ -205,7 +205,7 @@ func testAbsorbingPair(c *C) {
 
 func testS5(c *C) {
 	const rule, th = "semantics.S5", "s5"
-	s, _, _ := c.hostStore()
+	s, _ := c.hostStore()
 	a := c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "kb", "b", inject)
@@ -227,7 +227,7 @@ func testS5(c *C) {
 
 func testS6(c *C) {
 	const rule, th = "semantics.S6", "s6"
-	s, _, _ := c.hostStore()
+	s, _ := c.hostStore()
 	a := c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)
@@ -249,7 +249,7 @@ func testS6(c *C) {
 
 func testS7(c *C) {
 	const rule, th = "semantics.S7", "s7"
-	s, d, _ := c.hostStore()
+	s, d := c.hostStore()
 	c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)
@@ -281,7 +281,8 @@ func testS7(c *C) {
 
 func testS10(c *C) {
 	const rule, th = "semantics.S10", "s10"
-	s, d, dir := c.hostStore()
+	d, dir := c.start()
+	s := store.New(d, store.Options{PageSize: 2})
 	a := c.admit(rule, s, th, "ka", "a", nil)
 	again := c.admit(rule, s, th, "ka", "a", nil)
 	if !again.Duplicate || again.RunID != a.RunID || again.InputMessageID != a.InputMessageID {
@@ -319,7 +320,7 @@ func testS10(c *C) {
 
 func testS13(c *C) {
 	const rule, th = "semantics.S13", "s13"
-	s, _, _ := c.hostStore()
+	s, _ := c.hostStore()
 	a := c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)

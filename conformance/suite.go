@@ -186,6 +186,13 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 	rep.Claimed = claimed(info, opts.Tiers)
 
 	s := &suite{f: f, opts: opts, info: info, claimed: rep.Claimed, scratch: scratch}
+	defer func() {
+		if s.shared != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.shared.Close(cctx)
+		}
+	}()
 	for _, tc := range cases {
 		if opts.Only != "" && !strings.Contains(tc.group+"/"+tc.name, opts.Only) {
 			continue
@@ -273,6 +280,22 @@ type suite struct {
 	info    DriverInfo
 	claimed []Tier
 	scratch string
+	// shared is one instance the cases that need no data of their own
+	// share (the semantics cases, on threads of their own), started on
+	// first use and closed at the end.
+	shared Instance
+}
+
+// sharedInstance returns the suite's shared instance.
+func (c *C) sharedInstance() Instance {
+	if c.s.shared == nil {
+		in, err := c.s.f.Start(c.ctx, c.newDir(), nil)
+		if err != nil {
+			c.Fatalf("handshake.start", "starting the driver: %v", err)
+		}
+		c.s.shared = in
+	}
+	return c.s.shared
 }
 
 // stop unwinds a case that failed fatally or skipped.
