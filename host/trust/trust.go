@@ -351,15 +351,28 @@ func (g *Gate) store(r *resolved) (string, error) {
 // rules; the report is returned either way. Certify always runs the suite,
 // also for a certified driver.
 func (g *Gate) Certify(ctx context.Context, src Source) (Certificate, *conformance.Report, error) {
-	return g.certify(ctx, src, nil)
+	return g.certify(ctx, src, nil, true)
 }
 
-func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string) (Certificate, *conformance.Report, error) {
+// certify certifies src; unless always, a current certificate found once
+// the lock is held (another launch certified it meanwhile) is returned.
+func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string, always bool) (Certificate, *conformance.Report, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r, err := g.resolve(src, launch)
 	if err != nil {
 		return Certificate{}, nil, err
+	}
+	if !always {
+		certs, err := g.load()
+		if err != nil {
+			return Certificate{}, nil, err
+		}
+		for _, c := range certs {
+			if c.Key == r.key && c.SuiteVersion == conformance.Version {
+				return c, nil, nil
+			}
+		}
 	}
 	bin, err := g.store(r)
 	if err != nil {
@@ -440,7 +453,7 @@ func (g *Gate) Launch(ctx context.Context, src Source, cfg driverhost.Config) (*
 		if g.opts.NoAutoCertify {
 			return nil, Certificate{}, fmt.Errorf("%w: %s (run agenthost driver certify)", ErrNotCertified, src)
 		}
-		if cert, _, err = g.certify(ctx, src, cfg.DriverConfig); err != nil {
+		if cert, _, err = g.certify(ctx, src, cfg.DriverConfig, false); err != nil {
 			return nil, Certificate{}, err
 		}
 	}

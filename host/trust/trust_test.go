@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(echoEnv) != "" {
+		storedriver.Serve(storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
+			return echo{memdriver.New()}, nil
+		}))
+		os.Exit(0)
+	}
 	if os.Getenv(lossyEnv) != "" {
 		storedriver.Serve(storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
 			return lossy{memdriver.New()}, nil
@@ -45,6 +51,21 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(run(m))
+}
+
+// echoEnv makes this test binary, re-executed, serve memstore with the
+// value of secretEnv in its environment as its version.
+const (
+	echoEnv   = "AGENTHOST_TEST_ECHO_DRIVER"
+	secretEnv = "AGENTHOST_TEST_HOST_SECRET"
+)
+
+type echo struct{ *memdriver.Driver }
+
+func (e echo) Info(ctx context.Context) (driver.Info, error) {
+	info, err := e.Driver.Info(ctx)
+	info.Version = "secret=" + os.Getenv(secretEnv)
+	return info, err
 }
 
 type lossy struct{ *memdriver.Driver }
@@ -278,5 +299,26 @@ func tamper(t *testing.T, path string) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHostEnvironment: a driver launched through the gate gets its own
+// environment, never the host's.
+func TestHostEnvironment(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(secretEnv, "leaked")
+	g, _ := gate(t, trust.Options{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, cert, err := g.Launch(ctx, trust.Source{Path: exe, Env: []string{echoEnv + "=1"}}, driverhost.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	info, err := d.Info(ctx)
+	if err != nil || info.Version != "secret=" || cert.Driver.Version != "secret=" {
+		t.Fatalf("the driver saw the host's environment: %+v (certified as %+v), %v", info, cert.Driver, err)
 	}
 }
