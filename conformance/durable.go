@@ -148,30 +148,42 @@ func testKillDuringCommits(c *C) {
 // same data and settles the outcome by reading: whole or absent, and whole
 // once the driver acknowledged it.
 func testCrashMidCommit(c *C) {
+	points := storedriver.FaultPoints
+	fault := func(i, n int) string { return fmt.Sprintf("%s=%s@%d", storedriver.FaultEnv, points[i], n) }
+	dir := c.newDir()
+	// One data directory throughout: each launch arms the next point.
+	d := c.startOn(dir, fault(0, 3))
+	for n := int64(1); n <= 2; n++ {
+		if _, err := d.Commit(c.ctx, nthBatch("crash", n)); err != nil {
+			c.Fatalf("crash.commit", "commit %d before the fault point %s: %v", n, points[0], err)
+		}
+	}
+	version := int64(2)
 	var reached []string
-	for _, point := range storedriver.FaultPoints {
-		dir := c.newDir()
-		d := c.startOn(dir, storedriver.FaultEnv+"="+point+"@3")
-		for n := int64(1); n <= 2; n++ {
-			if _, err := d.Commit(c.ctx, nthBatch("crash", n)); err != nil {
-				c.Fatalf("crash.commit", "commit %d before the fault point %s: %v", n, point, err)
-			}
-		}
-		_, err := d.Commit(c.ctx, nthBatch("crash", 3))
+	for i, point := range points {
+		_, err := d.Commit(c.ctx, nthBatch("crash", version+1))
 		if err == nil {
-			continue // the driver has no such point
+			version++ // the driver has no such point
+		} else {
+			reached = append(reached, point)
 		}
-		reached = append(reached, point)
-		_ = d.Close(c.ctx)
-		d = c.startOn(dir)
-		v := c.checkStream(d, "crash", 2)
-		if point == storedriver.FaultBeforeCommit && v != 2 {
-			c.Fatalf("crash.all-or-nothing", "killed before the commit reached the driver, yet the thread is at version %d", v)
+		_ = d.Close(c.ctx) // reaps a killed process
+		var env []string
+		if i+1 < len(points) {
+			env = []string{fault(i+1, 1)}
 		}
-		if point == storedriver.FaultAfterSyncBeforeReply && v != 3 {
-			c.Fatalf("crash.acknowledged-survives", "killed after the driver acknowledged commit 3 (before the reply), the thread is at version %d after the relaunch", v)
+		d = c.startOn(dir, env...)
+		if err == nil {
+			continue
 		}
-		_ = d.Close(c.ctx)
+		v := c.checkStream(d, "crash", version)
+		switch {
+		case point == storedriver.FaultBeforeCommit && v != version:
+			c.Fatalf("crash.all-or-nothing", "killed before commit %d reached the driver, yet the thread is at version %d", version+1, v)
+		case point == storedriver.FaultAfterSyncBeforeReply && v != version+1:
+			c.Fatalf("crash.acknowledged-survives", "killed after the driver acknowledged commit %d (before the reply), the thread is at version %d after the relaunch", version+1, v)
+		}
+		version = v
 	}
 	if len(reached) == 0 {
 		c.Skipf("the driver reached none of the fault points (it does not use the Go driver SDK's server)")
