@@ -30,7 +30,7 @@ func init() {
 }
 
 func testInfo(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	info, err := d.Info(c.ctx)
 	c.ok("handshake.info", "Info", err)
 	if info.ProtocolVersion != driver.ProtocolVersion {
@@ -96,7 +96,7 @@ func (c *C) checkWhole(rule string, d driver.Driver, b driver.Batch) {
 }
 
 func testBatch(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	th := c.thread(d, "atom")
 	b, _, _, _ := bigBatch(th)
 	th.commit("atomicity.batch-whole", b)
@@ -139,7 +139,7 @@ func (c *C) expectUntouched(rule string, d driver.Driver, threadID string, v int
 }
 
 func testRefusedBatch(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	th := c.thread(d, "refused")
 	th.admit("atomicity.batch-whole", "first", "k0")
 	for _, tc := range []struct {
@@ -169,10 +169,10 @@ func testRefusedBatch(c *C) {
 }
 
 func testStaleVersion(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	th := c.thread(d, "occ")
-	th.admit("concurrency.commit", "r1", "")
-	th.admit("concurrency.commit", "r2", "")
+	th.admit("concurrency.commit", "occ-r1", "")
+	th.admit("concurrency.commit", "occ-r2", "")
 	for _, expected := range []int64{0, 1, 3, 9} {
 		th2 := *th
 		th2.version = expected
@@ -186,11 +186,11 @@ func testStaleVersion(c *C) {
 		c.wantErr("concurrency.stale-version", fmt.Sprintf("commit expecting version %d of a thread at 2", expected), err, driver.ErrVersionConflict)
 		c.expectUntouched("concurrency.stale-version-writes-nothing", d, th.id, 2, 2, []string{r.ID}, []string{"stale"})
 	}
-	th.admit("concurrency.commit", "r3", "")
+	th.admit("concurrency.commit", "occ-r3", "")
 }
 
 func testOneWinner(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	n := 8
 	if c.full {
 		n = 32
@@ -243,7 +243,7 @@ func testOneWinner(c *C) {
 }
 
 func testReadYourWrites(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	th := c.thread(d, "ryw")
 	want := map[string]record.Run{}
 	for i := range 6 {
@@ -284,7 +284,7 @@ func testReadYourWrites(c *C) {
 }
 
 func testHistory(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	th := c.thread(d, "hist")
 	other := c.thread(d, "hist-other")
 	var want []record.Message
@@ -323,7 +323,7 @@ func testHistory(c *C) {
 }
 
 func testIdempotency(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	a, b := c.thread(d, "idem-a"), c.thread(d, "idem-b")
 	ra := a.admit("reads.idempotency", "ia", "shared-key")
 	rb := b.admit("reads.idempotency", "ib", "shared-key")
@@ -450,7 +450,7 @@ func testPaging(c *C) {
 // testBadInput: bad requests get clear errors, and the driver keeps
 // serving in the same process.
 func testBadInput(c *C) {
-	d, _ := c.start()
+	d := c.sharedInstance()
 	pid := d.Pid()
 	th := c.thread(d, "bad")
 	th.admit("badinput.keeps-serving", "bad-1", "k")

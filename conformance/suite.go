@@ -280,9 +280,10 @@ type suite struct {
 	info    DriverInfo
 	claimed []Tier
 	scratch string
-	// shared is one instance the cases that need no data of their own
-	// share (the semantics cases, on threads of their own), started on
-	// first use and closed at the end.
+	// shared is one instance that the cases which need no data set of
+	// their own share, each on threads and runs of its own (the cases that
+	// list every run, or kill and relaunch, start their own). It is
+	// started on first use and closed at the end.
 	shared Instance
 }
 
