@@ -280,7 +280,12 @@ func testLargeMessages(c *C) {
 // commits and fence each other by version.
 func testShared(c *C) {
 	d1, dir := c.start()
-	d2 := c.startOn(dir)
+	in, err := c.s.f.Start(c.ctx, dir, nil)
+	if err != nil {
+		c.Fatalf("shared.same-data", "a second instance on the same data does not start: %v", err)
+	}
+	c.closers = append(c.closers, func() { _ = in.Close(context.Background()) })
+	var d2 driver.Driver = in
 	th := c.thread(d1, "shared")
 	th.admit("shared.visible", "sh-1", "k1")
 	snap, err := d2.LoadThread(c.ctx, th.id)

@@ -79,5 +79,10 @@ func TestMainCommand(t *testing.T) {
 		if code != conformance.ExitFail || !strings.Contains(stdout, "handshake.durability-claim") {
 			t.Fatalf("exit %d\n%s", code, stdout)
 		}
+		// Two memstore processes share nothing: claiming the shared tier fails.
+		code, stdout, _ = main(bins["memstore"], "--no-config", "--tier", "shared", "--run", "shared/")
+		if code != conformance.ExitFail || !strings.Contains(stdout, "shared.visible") || !strings.Contains(stdout, "claimed basic,shared; passed basic\n") {
+			t.Fatalf("memstore claiming shared: exit %d\n%s", code, stdout)
+		}
 	})
 }
