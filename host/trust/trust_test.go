@@ -50,6 +50,12 @@ func TestMain(m *testing.M) {
 		}))
 		os.Exit(0)
 	}
+	if os.Getenv(splitEnv) != "" {
+		storedriver.Serve(storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
+			return split{memdriver.New()}, nil
+		}))
+		os.Exit(0)
+	}
 	os.Exit(run(m))
 }
 
@@ -66,6 +72,19 @@ func (e echo) Info(ctx context.Context) (driver.Info, error) {
 	info, err := e.Driver.Info(ctx)
 	info.Version = "secret=" + os.Getenv(secretEnv)
 	return info, err
+}
+
+// splitEnv makes this test binary, re-executed, serve a driver that
+// persists only the first run record of a batch (S14).
+const splitEnv = "AGENTHOST_TEST_SPLIT_DRIVER"
+
+type split struct{ *memdriver.Driver }
+
+func (s split) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	if len(b.Runs) > 1 {
+		b.Runs = b.Runs[:1]
+	}
+	return s.Driver.Commit(ctx, b)
 }
 
 type lossy struct{ *memdriver.Driver }
@@ -249,28 +268,33 @@ func TestBinary(t *testing.T) {
 }
 
 // TestRefused: a driver that fails the suite is refused, with the rules
-// it broke, and nothing is recorded.
+// it broke, and nothing is recorded: one that loses acknowledged writes on
+// a kill, and one that persists only one record of an absorbing pair (S14).
 func TestRefused(t *testing.T) {
 	ctx := context.Background()
-	g, _ := gate(t, trust.Options{})
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := trust.Source{Path: exe, Env: []string{lossyEnv + "=1"}}
-	_, _, err = g.Launch(ctx, src, driverhost.Config{Logger: quiet})
-	var refused *trust.RefusedError
-	if !errors.As(err, &refused) || !errors.Is(err, trust.ErrRefused) || !slices.Contains(refused.Rules, "durability.acked-survives-kill") {
-		t.Fatalf("launch of a lossy driver: %v", err)
-	}
-	if !strings.Contains(err.Error(), "durability.acked-survives-kill") {
-		t.Fatalf("the error does not list the rule: %v", err)
-	}
-	if certs, _ := g.List(); len(certs) != 0 {
-		t.Fatalf("a refused driver was certified: %v", certs)
-	}
-	if ents, _ := os.ReadDir(filepath.Join(g.Dir(), "sha256")); len(ents) != 0 {
-		t.Fatalf("a refused driver's copy was kept: %v", ents)
+	for env, rule := range map[string]string{lossyEnv: "durability.acked-survives-kill", splitEnv: "atomicity.absorbing-pair"} {
+		t.Run(rule, func(t *testing.T) {
+			g, _ := gate(t, trust.Options{})
+			src := trust.Source{Path: exe, Env: []string{env + "=1"}}
+			_, _, err := g.Launch(ctx, src, driverhost.Config{Logger: quiet})
+			var refused *trust.RefusedError
+			if !errors.As(err, &refused) || !errors.Is(err, trust.ErrRefused) || !slices.Contains(refused.Rules, rule) {
+				t.Fatalf("launch of a broken driver: %v, want it refused for %s", err, rule)
+			}
+			if !strings.Contains(err.Error(), rule) {
+				t.Fatalf("the error does not list the rule: %v", err)
+			}
+			if certs, _ := g.List(); len(certs) != 0 {
+				t.Fatalf("a refused driver was certified: %v", certs)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(g.Dir(), "sha256")); len(ents) != 0 {
+				t.Fatalf("a refused driver's copy was kept: %v", ents)
+			}
+		})
 	}
 }
 
