@@ -10,7 +10,7 @@
 //
 // Certificates live in DIR/drivers/trust.json, one per (binary SHA-256,
 // suite version): a binary that changes, or a new suite version, must pass
-// again. Certifying copies the binary into DIR/drivers/sha256/HEX/, a
+// again. Certifying copies the binary into DIR/drivers/sha256/HEX/driver, a
 // read-only, content-addressed directory the host owns; the host launches
 // that copy with go-plugin's SecureConfig set to the certified checksum, so
 // a copy that is modified afterwards is refused. Built-in drivers, served by

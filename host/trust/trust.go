@@ -215,7 +215,6 @@ type resolved struct {
 	path   string // the binary to copy
 	sum    string // hex SHA-256 of it
 	key    string
-	name   string // file name of the copy
 	config conformance.ConfigFunc
 	env    []string
 }
@@ -250,7 +249,6 @@ func (g *Gate) resolve(src Source, launch map[string]string) (*resolved, error) 
 	}
 	r.sum = sum
 	r.key = "sha256:" + sum
-	r.name = filepath.Base(r.path)
 	if src.Builtin != "" {
 		r.key += "+" + src.Builtin
 	}
@@ -270,11 +268,15 @@ func fileSum(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// copyName is the file name of every copy: one binary per checksum, however
+// many paths and built-in names it was certified under.
+const copyName = "driver"
+
 // store copies the binary into the content-addressed directory, read-only,
 // and returns the copy's path. An existing intact copy is reused.
 func (g *Gate) store(r *resolved) (string, error) {
 	dir := filepath.Join(g.dir, "sha256", r.sum)
-	dst := filepath.Join(dir, r.name)
+	dst := filepath.Join(dir, copyName)
 	if sum, err := fileSum(dst); err == nil && sum == r.sum {
 		return dst, nil
 	}
@@ -291,7 +293,7 @@ func (g *Gate) store(r *resolved) (string, error) {
 		return "", err
 	}
 	defer in.Close()
-	tmp := filepath.Join(tmpDir, r.name)
+	tmp := filepath.Join(tmpDir, copyName)
 	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o500)
 	if err != nil {
 		return "", err
