@@ -182,7 +182,12 @@ func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, 
 	if err := checkBatch(pb); err != nil {
 		return 0, err
 	}
-	return d.Commit(ctx, BatchFromProto(pb))
+	Fault(FaultBeforeCommit)
+	v, err := d.Commit(ctx, BatchFromProto(pb))
+	if err == nil {
+		Fault(FaultAfterSyncBeforeReply)
+	}
+	return v, err
 }
 
 // GetRuns implements storepb.StoreServer.

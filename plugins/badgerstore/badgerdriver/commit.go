@@ -214,6 +214,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 			}
 			continue
 		}
+		storedriver.Fault(storedriver.FaultAfterWriteBeforeSync)
 		err := txn.Commit()
 		if err != nil && len(pending) > 1 {
 			// Do not let one member's failure answer for the others.

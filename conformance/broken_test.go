@@ -1,0 +1,142 @@
+package conformance_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/sdk/storedriver"
+)
+
+// Broken drivers: the reference in-memory driver with one rule broken each.
+// The tests serve them in process through the SDK, or, for the one that
+// must be killed, as this test binary re-executed with brokenEnv set.
+
+const brokenEnv = "AGENTHOST_TEST_BROKEN_DRIVER"
+
+// brokenDrivers maps each broken driver to the rule the suite must name.
+var brokenDrivers = map[string]string{
+	"first-run-only":     "atomicity.absorbing-pair",
+	"ignores-version":    "concurrency.stale-version",
+	"stale-state-index":  "index.list-by-state",
+	"loses-acked-writes": "durability.acked-survives-kill",
+	"history-reversed":   "reads.history-order",
+	"idempotency-global": "reads.idempotency-by-thread",
+	"paging-skips":       "index.paging",
+}
+
+// brokenFactory returns the factory of broken driver name, nil if none.
+func brokenFactory(name string) storedriver.Factory {
+	if _, ok := brokenDrivers[name]; !ok {
+		return nil
+	}
+	return storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+		return &broken{Driver: memdriver.New(), name: name, firstState: map[string]record.RunState{}, keyThread: map[string]string{}}, nil
+	})
+}
+
+type broken struct {
+	*memdriver.Driver
+	name string
+
+	mu         sync.Mutex
+	firstState map[string]record.RunState // stale-state-index
+	keyThread  map[string]string          // idempotency-global: key → first thread
+}
+
+func (b *broken) Info(ctx context.Context) (driver.Info, error) {
+	info, err := b.Driver.Info(ctx)
+	info.Name = "broken-" + b.name
+	if b.name == "loses-acked-writes" {
+		info.Durable = true // it is not: everything lives in memory
+	}
+	return info, err
+}
+
+func (b *broken) Commit(ctx context.Context, bt driver.Batch) (int64, error) {
+	switch b.name {
+	case "first-run-only":
+		if len(bt.Runs) > 1 {
+			bt.Runs = bt.Runs[:1]
+		}
+	case "ignores-version":
+		snap, err := b.Driver.LoadThread(ctx, bt.ThreadID)
+		if err == nil && bt.ExpectedVersion != snap.Thread.Version && bt.Thread.Version == bt.ExpectedVersion+1 {
+			bt.ExpectedVersion = snap.Thread.Version
+			bt.Thread.Version = snap.Thread.Version + 1
+		}
+	}
+	v, err := b.Driver.Commit(ctx, bt)
+	if err == nil {
+		b.mu.Lock()
+		for _, r := range bt.Runs {
+			if _, ok := b.firstState[r.ID]; !ok {
+				b.firstState[r.ID] = r.State
+			}
+		}
+		for _, k := range bt.Idempotency {
+			if _, ok := b.keyThread[k.Key]; !ok {
+				b.keyThread[k.Key] = k.ThreadID
+			}
+		}
+		b.mu.Unlock()
+	}
+	return v, err
+}
+
+func (b *broken) ListRuns(ctx context.Context, st record.RunState, after string, limit int) ([]record.Run, error) {
+	switch b.name {
+	case "stale-state-index":
+		if err := storedriver.ValidateListRuns(st, limit); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		var ids []string
+		for id, s := range b.firstState {
+			if s == st && id > after {
+				ids = append(ids, id)
+			}
+		}
+		b.mu.Unlock()
+		slices.Sort(ids)
+		ids = ids[:min(len(ids), limit)]
+		runs, err := b.Driver.GetRuns(ctx, ids)
+		for i := range runs {
+			runs[i].State = st // the index's idea of it
+		}
+		return runs, err
+	case "paging-skips":
+		runs, err := b.Driver.ListRuns(ctx, st, after, limit+1)
+		if err != nil {
+			return nil, err
+		}
+		if after != "" && len(runs) > 0 {
+			runs = runs[1:] // loses the first record of every later page
+		}
+		return runs[:min(len(runs), limit)], err
+	}
+	return b.Driver.ListRuns(ctx, st, after, limit)
+}
+
+func (b *broken) ReadHistory(ctx context.Context, th string, afterSeq int64, limit int) ([]record.Message, error) {
+	msgs, err := b.Driver.ReadHistory(ctx, th, afterSeq, limit)
+	if b.name == "history-reversed" {
+		slices.Reverse(msgs)
+	}
+	return msgs, err
+}
+
+func (b *broken) GetIdempotency(ctx context.Context, th, key string) (record.Idempotency, error) {
+	if b.name == "idempotency-global" && th != "" && key != "" {
+		b.mu.Lock()
+		first, ok := b.keyThread[key]
+		b.mu.Unlock()
+		if ok {
+			th = first
+		}
+	}
+	return b.Driver.GetIdempotency(ctx, th, key)
+}

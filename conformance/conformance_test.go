@@ -1,0 +1,80 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/agenthost/conformance"
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+)
+
+func TestMemstore(t *testing.T) {
+	needBins(t)
+	rep := conformance.Run(t, conformance.Binary(bins["memstore"], conformance.NoConfig), conformance.Options{})
+	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic}) {
+		t.Errorf("memstore passed tiers %v, want [basic]", rep.Passed)
+	}
+}
+
+func TestBadgerstore(t *testing.T) {
+	needBins(t)
+	rep := conformance.Run(t, conformance.Binary(bins["badgerstore"], conformance.DirConfig), conformance.Options{})
+	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic, conformance.TierDurable}) {
+		t.Errorf("badgerstore passed tiers %v, want [basic durable]", rep.Passed)
+	}
+}
+
+// TestBroken: each broken driver fails the suite, naming the rule it broke.
+func TestBroken(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rule := range brokenDrivers {
+		t.Run(name, func(t *testing.T) {
+			// In process through the SDK's server, but for the driver that
+			// must be killed: this test binary re-executed.
+			f := conformance.InProcess("broken:"+name, brokenFactory(name), conformance.NoConfig)
+			if name == "loses-acked-writes" {
+				f = conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.NoConfig)
+			}
+			rep, err := conformance.Check(context.Background(), f, conformance.Options{ScratchDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Pass {
+				t.Fatalf("broken driver %s passed the suite", name)
+			}
+			if rules := rep.FailedRules(); !slices.Contains(rules, rule) {
+				t.Fatalf("broken driver %s failed rules %v, want %s among them", name, rules, rule)
+			}
+			t.Logf("fails %v", rep.FailedRules())
+		})
+	}
+}
+
+// TestFullProfile: the full profile (10k runs across 1k threads, 1 MiB
+// messages, longer commit streams) on both drivers.
+func TestFullProfile(t *testing.T) {
+	needBins(t)
+	if testing.Short() {
+		t.Skip("the full profile is long")
+	}
+	for name, cfg := range map[string]conformance.ConfigFunc{"memstore": conformance.NoConfig, "badgerstore": conformance.DirConfig} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := conformance.Check(context.Background(), conformance.Binary(bins[name], cfg), conformance.Options{Profile: conformance.Full, ScratchDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Pass {
+				var buf strings.Builder
+				_ = rep.WriteText(&buf)
+				t.Fatalf("the full profile failed:\n%s", buf.String())
+			}
+			t.Logf("full profile in %s", rep.Duration)
+		})
+	}
+}

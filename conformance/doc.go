@@ -1,0 +1,45 @@
+// Package conformance is the store driver conformance suite: the checks a
+// store driver must pass before the agenthost host accepts it, as a Go API
+// for a driver author's own tests, as the runner behind
+// "agenthost conformance", and as the host's admission gate (package
+// host/trust).
+//
+// Where to start: from go test, call Run with a Factory for your driver,
+// in the manner of testing/fstest.TestFS:
+//
+//	func TestConformance(t *testing.T) {
+//		f := conformance.Binary("./my-driver", conformance.DirConfig)
+//		conformance.Run(t, f, conformance.Options{})
+//	}
+//
+// Binary launches the driver binary as the host does (go-plugin, checksum
+// pinned, no host environment). InProcess serves a storedriver.Factory in
+// the test process through the SDK's gRPC server; it is fast, but cannot be
+// killed, so the durable tier is not checked with it. Check runs the suite
+// and returns a Report (JSON, JUnit XML, a table); Main is the command
+// "agenthost conformance DRIVER [--profile quick|full] [--json FILE]
+// [--junit FILE]".
+//
+// The suite has a version (Version) that every report carries and that
+// keys the host's certificates. It is organised in groups (handshake,
+// atomicity, concurrency, reads, indexes, badinput, scale, durability,
+// crash, shared, semantics), each case checking named rules
+// ("atomicity.absorbing-pair", "index.list-by-state", ...); a failure names
+// the rules broken. Cases belong to capability tiers: basic (every driver),
+// durable (claimed by driver.Info.Durable: kill -9 the driver process during
+// a stream of commits, and at each fault point of the driver SDK, see
+// storedriver.FaultEnv; every acknowledged commit survives, no batch lands in
+// part) and shared (several driver processes on one data set; claimed
+// through Options.Tiers, skipped otherwise). Profiles: Quick is the gate
+// and runs every group with small sizes; Full adds 10k runs across 1k
+// threads, 1 MiB messages and longer commit streams.
+//
+// The semantics group runs the host's own store layer (package host/store)
+// over the driver through scenarios S1, S5, S6, S7, S10 and S13 and checks
+// invariants I1-I4 and I6; S14 (an absorbing pair lands whole) is in the
+// atomicity group. The in-process contract of package
+// sdk/storedriver/storedrivertest is the same contract at the Go interface;
+// this suite checks it over the protocol, against a real process.
+//
+// See docs/conformance.md for driver authors.
+package conformance

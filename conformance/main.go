@@ -1,0 +1,185 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	driverhost "github.com/agenthost/agenthost/host/plugin"
+)
+
+// Exit codes of Main.
+const (
+	ExitPass  = 0 // the driver passed every tier it claims
+	ExitFail  = 1 // the driver failed the suite
+	ExitUsage = 2 // bad arguments, or the driver could not be launched
+)
+
+const usage = `usage: agenthost conformance DRIVER [flags]
+
+Runs the store driver conformance suite (version %s) against DRIVER: a path
+to a driver binary, or the name of a built-in driver (%s), served by this
+binary re-executed.
+
+flags:
+`
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// Main is the command "agenthost conformance DRIVER [--profile quick|full]
+// [--json FILE] [--junit FILE]". It prints each result as it comes and a
+// table at the end on stdout, and returns the exit code: ExitPass, ExitFail,
+// or ExitUsage for bad arguments and a driver that cannot be launched.
+//
+// A built-in DRIVER re-executes the running binary, which must call
+// driverhost.ServeBuiltin when driverhost.BuiltinEnv is set.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, usage, Version, strings.Join(driverhost.BuiltinNames(), ", "))
+		fs.PrintDefaults()
+	}
+	profile := fs.String("profile", string(Quick), "quick (the host's gate) or full (adds scale)")
+	jsonOut := fs.String("json", "", "write the report as JSON to `FILE`")
+	junitOut := fs.String("junit", "", "write the report as JUnit XML to `FILE`")
+	only := fs.String("run", "", "run only the cases whose group/name contains `TEXT`")
+	var tiers, configs multi
+	fs.Var(&tiers, "tier", "claim `TIER` (durable, shared) on top of what the driver's info claims; repeatable")
+	fs.Var(&configs, "config", "driver configuration `KEY=VALUE` for a binary; {dir} is the instance's scratch data directory; repeatable (default dir={dir})")
+	noConfig := fs.Bool("no-config", false, "open a driver binary with no configuration at all")
+
+	// Flags may come before or after DRIVER.
+	var positional []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return ExitUsage
+			}
+			return ExitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(positional) != 1 {
+		fs.Usage()
+		return ExitUsage
+	}
+	target := positional[0]
+	opts := Options{Profile: Profile(*profile), Only: *only}
+	for _, t := range tiers {
+		opts.Tiers = append(opts.Tiers, Tier(t))
+	}
+
+	var f Factory
+	switch {
+	case strings.ContainsRune(target, os.PathSeparator) || fileExists(target):
+		if !fileExists(target) {
+			fmt.Fprintf(stderr, "conformance: no driver binary at %s\n", target)
+			return ExitUsage
+		}
+		cfg, err := configFunc(configs, *noConfig)
+		if err != nil {
+			fmt.Fprintln(stderr, "conformance:", err)
+			return ExitUsage
+		}
+		f = Binary(target, cfg)
+	case slices.Contains(driverhost.BuiltinNames(), target):
+		var err error
+		if f, err = Builtin(target); err != nil {
+			fmt.Fprintln(stderr, "conformance:", err)
+			return ExitUsage
+		}
+	default:
+		fmt.Fprintf(stderr, "conformance: %q is neither a driver binary nor a built-in driver (%s)\n", target, strings.Join(driverhost.BuiltinNames(), ", "))
+		return ExitUsage
+	}
+
+	fmt.Fprintf(stdout, "%s %s, profile %s: %s\n", SuiteName, Version, opts.Profile, f)
+	opts.Progress = func(r Result) { fmt.Fprintln(stdout, ProgressLine(r)) }
+	rep, err := Check(ctx, f, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "conformance:", err)
+		return ExitUsage
+	}
+	fmt.Fprintln(stdout)
+	_ = rep.WriteText(stdout)
+	code := ExitPass
+	switch {
+	case rep.Error != "":
+		fmt.Fprintf(stderr, "conformance: the driver could not be launched: %s\n", rep.Error)
+		code = ExitUsage
+	case !rep.Pass:
+		code = ExitFail
+	}
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{{*jsonOut, rep.WriteJSON}, {*junitOut, rep.WriteJUnit}} {
+		if out.path == "" {
+			continue
+		}
+		if err := writeFile(out.path, out.write); err != nil {
+			fmt.Fprintln(stderr, "conformance:", err)
+			if code == ExitPass {
+				code = ExitUsage
+			}
+		}
+	}
+	return code
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func configFunc(kvs []string, none bool) (ConfigFunc, error) {
+	if none {
+		if len(kvs) > 0 {
+			return nil, errors.New("--no-config and --config together")
+		}
+		return NoConfig, nil
+	}
+	if len(kvs) == 0 {
+		return DirConfig, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--config %q: want KEY=VALUE", kv)
+		}
+		m[k] = v
+	}
+	return func(dir string) map[string]string {
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			out[k] = strings.ReplaceAll(v, "{dir}", dir)
+		}
+		return out
+	}, nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,58 @@
+package conformance
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
+)
+
+// Run runs the suite against the drivers f starts, from a driver's own
+// tests, in the manner of testing/fstest.TestFS: each case is a subtest
+// named group/name, failing with the rules it broke. It also runs the
+// driver SDK's contract (package storedrivertest) on instances of f, as
+// subtests of "contract", and returns the suite's report (which the
+// contract's outcome is not part of).
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Binary(bin, conformance.DirConfig), conformance.Options{})
+//	}
+func Run(t *testing.T, f Factory, opts Options) *Report {
+	t.Helper()
+	if opts.ScratchDir == "" {
+		opts.ScratchDir = t.TempDir()
+	}
+	rep, err := Check(context.Background(), f, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range rep.Results {
+		t.Run(res.ID(), func(t *testing.T) {
+			t.Logf("%s in %s %s", res.Status, res.Duration, res.Message)
+			switch res.Status {
+			case Fail:
+				t.Errorf("broke %s:\n%s", strings.Join(res.Rules, ", "), res.Message)
+			case Skip:
+				t.Skip(res.Message)
+			}
+		})
+	}
+	if rep.Error != "" {
+		t.Errorf("the suite could not run: %s", rep.Error)
+	}
+	// The in-process contract of the driver SDK, on instances of f.
+	t.Run("contract", func(t *testing.T) {
+		storedrivertest.Run(t, func(t *testing.T) driver.Driver {
+			in, err := f.Start(context.Background(), t.TempDir(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return in
+		})
+	})
+	t.Logf("suite %s, profile %s, driver %s %s: tiers claimed %s, passed %s, in %s",
+		rep.SuiteVersion, rep.Profile, rep.Driver.Name, rep.Driver.Version, tierList(rep.Claimed), tierList(rep.Passed), rep.Duration)
+	return rep
+}
