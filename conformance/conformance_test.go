@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 func TestMemstore(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // Exit codes of Main.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 

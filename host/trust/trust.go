@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // Errors of the gate.

@@ -16,7 +16,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/conformance"
-	driverhost "github.com/agenthost/agenthost/host/plugin"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
