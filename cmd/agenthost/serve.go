@@ -23,6 +23,7 @@ import (
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/trust"
 	"github.com/agenthost/agenthost/host/wasm"
 )
 
@@ -165,34 +166,41 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	return cerr
 }
 
-// openStore launches the configured driver as a subprocess.
+// openStore launches the configured driver as a subprocess, through the
+// admission gate: a driver the host has not certified runs the conformance
+// suite's quick profile on a scratch instance first, and is refused if it
+// fails; a certified one is launched from the gate's read-only copy, pinned
+// by its checksum.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver, error) {
 	dcfg := map[string]string{}
 	for k, v := range cfg.StoreConfig {
 		dcfg[k] = v
 	}
-	var lc driverhost.Config
-	var err error
+	var src trust.Source
 	switch cfg.Store {
 	case "badgerstore":
 		if dcfg["dir"] == "" {
 			dcfg["dir"] = filepath.Join(cfg.Data, "badgerstore")
 		}
-		lc, err = driverhost.Builtin(cfg.Store, dcfg)
+		src.Builtin = cfg.Store
 	case "memstore":
-		lc, err = driverhost.Builtin(cfg.Store, dcfg)
+		src.Builtin = cfg.Store
 	default:
 		if !strings.ContainsRune(cfg.Store, os.PathSeparator) {
 			return nil, fmt.Errorf("store %q: not a built-in driver (%s) nor a path to a driver binary", cfg.Store, strings.Join(driverhost.BuiltinNames(), ", "))
 		}
-		lc = driverhost.Config{Path: cfg.Store, DriverConfig: dcfg}
+		src.Path = cfg.Store
 	}
+	gate, err := trust.Open(cfg.Data, trust.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	lc.Logger = log
-	d, err := driverhost.Launch(ctx, lc)
+	d, cert, err := gate.Launch(ctx, src, driverhost.Config{DriverConfig: dcfg, Logger: log})
 	if err != nil {
+		var refused *trust.RefusedError
+		if errors.As(err, &refused) {
+			return nil, fmt.Errorf("store %s refused: it fails the conformance suite on %s", cfg.Store, strings.Join(refused.Rules, ", "))
+		}
 		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
 	}
 	info, err := d.Info(ctx)
@@ -200,7 +208,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		d.Close(context.Background())
 		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
 	}
-	log.Info("store driver ready", "name", info.Name, "version", info.Version, "durable", info.Durable, "pid", d.Pid())
+	log.Info("store driver ready", "name", info.Name, "version", info.Version, "durable", info.Durable, "certificate", cert.Key, "pid", d.Pid())
 	return d, nil
 }
 

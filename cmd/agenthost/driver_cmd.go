@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/host/trust"
+)
+
+func init() {
+	register("conformance", "run the store driver conformance suite against a driver binary or a built-in driver", runConformance)
+	register("driver certify", "certify a store driver: run the suite and record it in the host's trust file", runDriverCertify)
+	register("driver list", "list the certified store drivers", runDriverList)
+	register("driver revoke", "revoke a driver's certificate", runDriverRevoke)
+}
+
+func runConformance(args []string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fmt.Fprintln(stderr, "Usage: agenthost conformance DRIVER [--profile quick|full] [--json FILE] [--junit FILE]\n\nDRIVER is a driver binary's path or a built-in driver name ("+strings.Join(driverhost.BuiltinNames(), ", ")+").")
+			fmt.Fprintln(stderr, "Exit status: 0 pass, 1 fail, 2 usage or launch error.\n\nExample:\n  agenthost conformance ./bin/agenthost-badgerstore --profile full --junit report.xml")
+			return exitOK
+		}
+	}
+	return conformance.Main(context.Background(), args, stdout, stderr)
+}
+
+// driverSource turns a command-line DRIVER into a gate source.
+func driverSource(arg string) trust.Source {
+	if !strings.ContainsRune(arg, os.PathSeparator) {
+		for _, n := range driverhost.BuiltinNames() {
+			if n == arg {
+				return trust.Source{Builtin: arg}
+			}
+		}
+	}
+	return trust.Source{Path: arg}
+}
+
+// openGate opens the host's trust store. Its log is kept quiet: the
+// suite's own report says what happened (and the durability cases kill
+// driver processes on purpose).
+func openGate(data string, stderr io.Writer) (*trust.Gate, error) {
+	return trust.Open(data, trust.Options{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))})
+}
+
+func runDriverCertify(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("driver certify", "driver certify [--data DIR] DRIVER", "agenthost driver certify ./bin/agenthost-badgerstore", stderr)
+	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	g, err := openGate(*data, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	cert, rep, err := g.Certify(context.Background(), driverSource(pos[0]))
+	if rep != nil {
+		rep.WriteText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		if errors.Is(err, trust.ErrRefused) {
+			return exitFail
+		}
+		return exitUsage
+	}
+	fmt.Fprintf(stdout, "certified %s (%s), suite %s, tiers %v\n", pos[0], cert.Key, cert.SuiteVersion, cert.Tiers)
+	return exitOK
+}
+
+func runDriverList(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("driver list", "driver list [--data DIR] [--json]", "agenthost driver list", stderr)
+	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
+	jsonOut := fs.Bool("json", false, "print JSON")
+	if _, code, ok := parse(fs, args); !ok {
+		return code
+	}
+	g, err := openGate(*data, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	certs, err := g.List()
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	if *jsonOut {
+		printJSON(stdout, certs)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tDRIVER\tSOURCE\tSUITE\tTIERS\tCERTIFIED")
+	for _, c := range certs {
+		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%v\t%s\n", c.Key, c.Driver.Name, c.Driver.Version, c.Source, c.SuiteVersion, c.Tiers, c.CertifiedAt.Format("2006-01-02 15:04"))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runDriverRevoke(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("driver revoke", "driver revoke [--data DIR] KEY", "agenthost driver revoke sha256:3f2a9c1d", stderr)
+	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	g, err := openGate(*data, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	revoked, err := g.Revoke(pos[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitFail
+	}
+	for _, c := range revoked {
+		fmt.Fprintf(stdout, "revoked %s (%s)\n", c.Key, c.Source)
+	}
+	return exitOK
+}
