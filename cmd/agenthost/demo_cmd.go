@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/guests/policy/standard"
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/host/trust"
 	"github.com/agenthost/agenthost/host/wasm"
 )
 
@@ -36,13 +37,18 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The demo's host admits its store like any host: through the gate.
+	gate, err := trust.Open(dir, trust.Options{Logger: quiet})
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	fmt.Fprintln(stdout, "certifying the badgerstore driver (conformance suite, quick profile, on a scratch instance)…")
 	launch := func() (*driverhost.Driver, error) {
-		lc, err := driverhost.Builtin("badgerstore", map[string]string{"dir": filepath.Join(dir, "badgerstore")})
-		if err != nil {
-			return nil, err
-		}
-		lc.Logger = quiet
-		return driverhost.Launch(ctx, lc)
+		d, _, err := gate.Launch(ctx, trust.Source{Builtin: "badgerstore"}, driverhost.Config{
+			DriverConfig: map[string]string{"dir": filepath.Join(dir, "badgerstore")}, Logger: quiet,
+		})
+		return d, err
 	}
 	d, err := launch()
 	if err != nil {
