@@ -99,38 +99,51 @@ func BenchmarkRunsEndToEnd(b *testing.B) {
 
 // BenchmarkStepOverhead: a 16-step run (15 tool calls, then the answer)
 // with no policy configured, with a policy that cannot inject, and with one
-// that can (the injection hook then runs at every boundary). The first two
-// must cost the same: nothing is installed when inject is impossible.
+// that can (the injection hook then runs at every boundary). The three
+// runtimes take turns, run by run, in one loop, so that they share the
+// machine's conditions; each run is on a fresh thread. The first two must
+// cost the same: nothing is installed when inject is impossible.
 func BenchmarkStepOverhead(b *testing.B) {
 	steps := make([]model.ScriptStep, 15)
 	for i := range steps {
 		steps[i] = model.ScriptStep{Tool: &model.ScriptTool{Name: "lookup"}}
 	}
 	script := model.Script{Steps: append(steps, model.ScriptStep{Answer: "done"})}
-	for _, c := range []struct {
+	cases := []struct {
 		name string
 		pol  policy.Policy
+		rt   *host.Runtime
+		took time.Duration
 	}{
-		{"policy=none", nil},
-		{"policy=cannot-inject", policy.Static{Name: "interrupt", Decision: runstate.Decision{Action: runstate.ActionInterrupt}}},
-		{"policy=can-inject", hintPolicy{}},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			rt := benchRuntime(b, memdriver.New(), c.pol, script, 1)
-			ctx := context.Background()
-			b.ResetTimer()
-			for i := range b.N {
-				tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", i/50), fmt.Sprint(i), host.SubmitOptions{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := tk.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/step")
-		})
+		{name: "none"},
+		{name: "cannot-inject", pol: policy.Static{Name: "interrupt", Decision: runstate.Decision{Action: runstate.ActionInterrupt}}},
+		{name: "can-inject", pol: hintPolicy{}},
 	}
+	for i := range cases {
+		cases[i].rt = benchRuntime(b, memdriver.New(), cases[i].pol, script, 1)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range cases {
+			c := &cases[(i+k)%len(cases)] // rotate, so no runtime always goes first
+			began := time.Now()
+			tk, err := c.rt.Submit(ctx, fmt.Sprintf("T%d", i), "go", host.SubmitOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tk.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			c.took += time.Since(began)
+		}
+	}
+	perStep := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(16*b.N) }
+	for _, c := range cases {
+		b.ReportMetric(perStep(c.took), "ns/step:"+c.name)
+	}
+	b.ReportMetric(float64(cases[1].took)/float64(cases[0].took), "ratio:cannot-inject/none")
+	b.ReportMetric(float64(cases[2].took)/float64(cases[0].took), "ratio:can-inject/none")
 }
 
 // BenchmarkRecovery: the time a new runtime takes to schedule again every
