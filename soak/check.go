@@ -17,10 +17,12 @@ type Report struct {
 	Answered  int             // answered by their own run
 	Absorbed  int             // answered by the run that absorbed theirs
 	Failed    int             // ended failed, with an error
+	Unasked   int             // of those, inputs that did not ask the scripted model to fail
 	Stopped   int             // ended interrupted or canceled
 	Keys      int             // idempotency keys checked again
 	Runs      int             // runs seen on the threads
 	Latencies []time.Duration // submit to answer, answered submissions
+	Errors    map[string]int  // failed submissions by their run's error
 	Problems  []string        // every violation, lost inputs included
 }
 
@@ -34,7 +36,7 @@ func (r *Report) fail(format string, args ...any) {
 // of a thread settled in seq order; every absorbed run points at a
 // completed run that holds its inputs. wait bounds the wait for results.
 func Check(ctx context.Context, c *Client, subs []Submission, threads []string, wait time.Duration) *Report {
-	rep := &Report{Checked: len(subs)}
+	rep := &Report{Checked: len(subs), Errors: map[string]int{}}
 	deadline := time.Now().Add(wait)
 
 	// Results, by run (several submissions may share one run).
@@ -138,6 +140,10 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 				rep.fail("run %s failed without an error", s.RunID)
 			}
 			rep.Failed++
+			rep.Errors[res.Error]++
+			if !strings.Contains(s.Content, "please fail") {
+				rep.Unasked++
+			}
 		case res.State == "interrupted":
 			rep.Stopped++
 		default:

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,7 @@ type Summary struct {
 	Report                   *Report
 	BadSent, BadSkipped      int
 	SlowClients              int
+	Failed, Unasked          int // failed inputs; those that did not ask the model to fail
 	Abandoned, Retries, Dups int
 	Problems                 []string
 }
@@ -75,8 +77,8 @@ func (s *Summary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
-		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Throughput,
+	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
+		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Failed, s.Unasked, s.Throughput,
 		s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.BadSent, s.SlowClients, s.Retries, s.Abandoned)
 }
 
@@ -228,6 +230,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	rep := Check(ctx, c, load.Submissions(), load.Threads(), p.ResultWait)
 	sum.Report = rep
 	sum.Lost = rep.Lost
+	sum.Failed, sum.Unasked = rep.Failed, rep.Unasked
 	sum.P50, sum.P99 = Percentile(rep.Latencies, 50), Percentile(rep.Latencies, 99)
 	sum.BadSent, sum.BadSkipped, sum.SlowClients = bad.Counts()
 	for _, e := range load.Errors() {
@@ -242,6 +245,14 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	}
 	logf("results: %d answered, %d absorbed, %d failed, %d interrupted; %d runs; %d keys re-posted; bad inputs %d answered as documented, %d while the server was away",
 		rep.Answered, rep.Absorbed, rep.Failed, rep.Stopped, rep.Runs, rep.Keys, sum.BadSent, sum.BadSkipped)
+	errs := make([]string, 0, len(rep.Errors))
+	for e := range rep.Errors {
+		errs = append(errs, e)
+	}
+	sort.Strings(errs)
+	for _, e := range errs {
+		logf("failed inputs: %d with error %q", rep.Errors[e], e)
+	}
 	if d := logTail(srv.LogPath, "panic"); d != "" {
 		sum.Problems = append(sum.Problems, "server log: "+d)
 	}
