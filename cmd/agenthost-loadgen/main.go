@@ -52,7 +52,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
 	threads := fs.Int("threads", 16, "threads")
 	workers := fs.Int("workers", 8, "concurrent clients")
-	n := fs.Int("n", 1000, "accepted submissions to make")
+	n := fs.Int("n", 1000, "accepted submissions to make, at least")
 	pause := fs.Duration("pause", 20*time.Millisecond, "longest pause of a client between submissions")
 	out := fs.String("out", "", "file for the accepted submissions, one JSON line each (default: none)")
 	if fs.Parse(args) != nil {
