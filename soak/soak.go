@@ -149,11 +149,17 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	start := time.Now()
 	go func() { defer wg.Done(); load.Run(lctx) }()
 	badStop := make(chan struct{})
 	go func() { defer wg.Done(); bad.Run(lctx, o.Seed, p.BadEvery, badStop) }()
+	var sampled int
+	var sampleErrs []string
+	go func() {
+		defer wg.Done()
+		sampled, sampleErrs = sampleActive(lctx, c, load, o.Seed, badStop)
+	}()
 
 	// Chaos: kills at random moments until the targets are met.
 	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
@@ -218,6 +224,8 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	if chaosErr != nil {
 		sum.Problems = append(sum.Problems, chaosErr.Error())
 	}
+	sum.Problems = append(sum.Problems, sampleErrs...)
+	logf("sampled the runs of a thread %d times during the load", sampled)
 	if !srv.Running() {
 		if err := srv.Start(ctx, c); err != nil {
 			sum.Problems = append(sum.Problems, "final start: "+err.Error())
@@ -257,6 +265,38 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		sum.Problems = append(sum.Problems, "server log: "+d)
 	}
 	return sum, nil
+}
+
+// sampleActive reads the runs of a random thread every 100ms until stop
+// and reports every moment a thread had more than one active run.
+func sampleActive(ctx context.Context, c *Client, load *Load, seed uint64, stop <-chan struct{}) (n int, problems []string) {
+	rng := rand.New(rand.NewPCG(seed, 0x5a))
+	for {
+		select {
+		case <-stop:
+			return n, problems
+		case <-ctx.Done():
+			return n, problems
+		case <-time.After(100 * time.Millisecond):
+		}
+		t := load.ThreadID(rng.IntN(load.cfg.Threads))
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rs, err := c.ThreadRuns(rctx, t)
+		cancel()
+		if err != nil {
+			continue // not there yet, or the server is away
+		}
+		n++
+		var active []string
+		for _, r := range rs {
+			if r.State == "active" {
+				active = append(active, r.ID)
+			}
+		}
+		if len(active) > 1 {
+			problems = append(problems, fmt.Sprintf("thread %s had %d active runs at once: %v", t, len(active), active))
+		}
+	}
 }
 
 // waitDriver waits until the server runs a new driver instead of pid; the
