@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -219,14 +220,14 @@ func (s *Server) Starts() int {
 	return s.starts
 }
 
-// Cleanup kills every process the server ever started: the server, its
-// process groups (drivers join them) and every driver seen, and reports the
-// ones still alive afterwards.
+// Cleanup kills every process the server ever started: the server, every
+// driver seen and every driver in the servers' process groups (drivers join
+// them), and reports the ones still alive afterwards.
 func (s *Server) Cleanup() []int {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
-	pgids := s.pgids
-	drivers := s.drivers
+	pgids := maps.Clone(s.pgids)
+	drivers := maps.Clone(s.drivers)
 	s.mu.Unlock()
 	if cmd != nil {
 		cmd.Process.Signal(syscall.SIGKILL)
@@ -235,8 +236,12 @@ func (s *Server) Cleanup() []int {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	for g := range pgids {
-		syscall.Kill(-g, syscall.SIGKILL)
+	// Drivers the server restarted on its own are found by their process
+	// group; a group id reused by an unrelated process is left alone.
+	for _, p := range groupMembers(pgids) {
+		if isDriver(p) {
+			drivers[p] = true
+		}
 	}
 	for p := range drivers {
 		if isDriver(p) {
@@ -259,6 +264,34 @@ func (s *Server) Cleanup() []int {
 		}
 	}
 	return alive
+}
+
+// groupMembers lists the processes whose process group is in groups.
+func groupMembers(groups map[int]bool) []int {
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		i := strings.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		// After the command: state, ppid, pgrp.
+		fs := strings.Fields(st[i+1:])
+		if len(fs) < 3 {
+			continue
+		}
+		pg, err1 := strconv.Atoi(fs[2])
+		pid, err2 := strconv.Atoi(strings.Fields(st)[0])
+		if err1 == nil && err2 == nil && groups[pg] {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // alive1 reports whether pid runs (a zombie does not count).
