@@ -226,6 +226,9 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	}
 	sum.Problems = append(sum.Problems, sampleErrs...)
 	logf("sampled the runs of a thread %d times during the load", sampled)
+	if ctx.Err() != nil {
+		return sum, fmt.Errorf("interrupted after %s of load: %w", sum.Elapsed.Round(time.Second), ctx.Err())
+	}
 	if !srv.Running() {
 		if err := srv.Start(ctx, c); err != nil {
 			sum.Problems = append(sum.Problems, "final start: "+err.Error())
