@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/...
 
-.PHONY: all build proto guests guests-c test test-unit test-race lint bench sim
+.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
@@ -46,6 +46,7 @@ guests:
 guests-c:
 	guests/policy/refine-c/build.sh
 
+# test-unit also runs the short soak (soak.TestSoak; docs/soak.md).
 test: test-unit test-race
 
 test-unit:
@@ -68,3 +69,16 @@ bench:
 #   go test ./host -run TestSimulation -sim.seed=N -v
 sim:
 	$(GO) test -count=1 -run '^TestSimulation$$' ./host -sim.seeds=$(SEEDS) -timeout 0
+
+# The soak (docs/soak.md): agenthost serve on badgerstore under load, killed
+# with SIGKILL (server and driver) at random moments, checked over HTTP.
+# `make soak` runs the full profile, `make soak PROFILE=short` the short one
+# (also part of `make test`). Replay a failure with SEED=N.
+PROFILE ?= full
+SEED    ?=
+soak:
+	$(GO) run ./cmd/agenthost-loadgen soak -profile $(PROFILE) $(if $(SEED),-seed $(SEED))
+
+# The short soak alone, as `make test` runs it.
+test-soak:
+	AGENTHOST_SOAK_PROFILE=short $(if $(SEED),AGENTHOST_SOAK_SEED=$(SEED)) $(GO) test -count=1 -run '^TestSoak$$' -v ./soak

@@ -1,0 +1,129 @@
+// Command agenthost-loadgen puts load on an agenthost server and soaks it.
+//
+//	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
+//	agenthost-loadgen soak [--profile short|full] [--seed N] [--dir DIR]
+//
+// load submits inputs over HTTP across many threads with a mix of hints and
+// idempotency keys, retrying with the same key after errors and timeouts,
+// and writes every accepted submission (key, thread, run id, input id) as
+// one JSON line to --out. soak builds agenthost, serves it on badgerstore
+// under that load, kills the server and its driver with SIGKILL at random
+// moments, and checks the outcome over HTTP (docs/soak.md). Both print the
+// seed, which replays the choices.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/agenthost/agenthost/soak"
+)
+
+func main() { os.Exit(main1(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func main1(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: agenthost-loadgen load|soak [flags]")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "load":
+		return runLoad(ctx, args[1:], stdout, stderr)
+	case "soak":
+		return runSoak(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "agenthost-loadgen: unknown command %q (load, soak)\n", args[0])
+	return 2
+}
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "http://127.0.0.1:7070", "server base URL")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
+	threads := fs.Int("threads", 16, "threads")
+	workers := fs.Int("workers", 8, "concurrent clients")
+	n := fs.Int("n", 1000, "accepted submissions to make, at least")
+	pause := fs.Duration("pause", 20*time.Millisecond, "longest pause of a client between submissions")
+	out := fs.String("out", "", "file for the accepted submissions, one JSON line each (default: none)")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	fmt.Fprintf(stdout, "seed %d\n", *seed)
+	l := soak.NewLoad(soak.NewClient(*addr), soak.LoadConfig{Seed: *seed, Threads: *threads, Workers: *workers, Target: *n, Pause: *pause, DupRate: 0.05})
+	start := time.Now()
+	l.Run(ctx)
+	el := time.Since(start)
+	subs := l.Submissions()
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		enc := json.NewEncoder(f)
+		for _, s := range subs {
+			enc.Encode(s)
+		}
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+	}
+	ab, re, dups := l.Stats()
+	fmt.Fprintf(stdout, "load seed=%d accepted=%d in %s (%.1f/s) retries=%d abandoned=%d duplicates=%d\n",
+		*seed, len(subs), el.Round(time.Millisecond), float64(len(subs))/el.Seconds(), re, ab, dups)
+	if errs := l.Errors(); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e)
+		}
+		fmt.Fprintf(stderr, "load FAILED: %d unexpected answers (seed %d)\n", len(errs), *seed)
+		return 1
+	}
+	return 0
+}
+
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profile := fs.String("profile", "short", "profile: short or full")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
+	dir := fs.String("dir", "", "folder for the data and the server's log (default: a temporary one, removed when the soak passes)")
+	bin := fs.String("bin", "", "agenthost binary (default: build one)")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	p, ok := soak.Profiles[*profile]
+	if !ok {
+		fmt.Fprintf(stderr, "agenthost-loadgen: no profile %q (short, full)\n", *profile)
+		return 2
+	}
+	fmt.Fprintf(stdout, "seed %d\n", *seed)
+	sum, err := soak.Run(ctx, soak.Options{Profile: p, Seed: *seed, Dir: *dir, Bin: *bin, Log: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "soak FAILED (seed %d): %v\n", *seed, err)
+		return 1
+	}
+	for i, pr := range sum.Problems {
+		if i == 50 {
+			fmt.Fprintf(stderr, "… and %d more\n", len(sum.Problems)-50)
+			break
+		}
+		fmt.Fprintln(stderr, "soak:", pr)
+	}
+	fmt.Fprintln(stdout, sum.Line())
+	if len(sum.Problems) > 0 {
+		fmt.Fprintf(stderr, "soak FAILED: replay with: go run ./cmd/agenthost-loadgen soak -profile %s -seed %d\n", *profile, *seed)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,164 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Client speaks the agenthost HTTP API (docs/http-api.md) on one base URL.
+type Client struct {
+	Base string
+	HTTP *http.Client
+}
+
+// NewClient returns a client for base (e.g. "http://127.0.0.1:7070").
+func NewClient(base string) *Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	return &Client{Base: base, HTTP: &http.Client{Transport: tr}}
+}
+
+// Problem is an error answer of the API.
+type Problem struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+func (p *Problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail) }
+
+// Admission is the answer to an accepted submission.
+type Admission struct {
+	RunID          string `json:"run_id"`
+	InputMessageID string `json:"input_message_id"`
+	ThreadID       string `json:"thread_id"`
+}
+
+// RunRecord is a run record.
+type RunRecord struct {
+	ID                string     `json:"id"`
+	ThreadID          string     `json:"thread_id"`
+	Seq               int64      `json:"seq"`
+	State             string     `json:"state"`
+	TerminalReason    string     `json:"terminal_reason"`
+	InputMessageIDs   []string   `json:"input_message_ids"`
+	AbsorbedIntoRunID string     `json:"absorbed_into_run_id"`
+	Attempt           int        `json:"attempt"`
+	Error             string     `json:"error"`
+	CreatedAt         time.Time  `json:"created_at"`
+	StartedAt         *time.Time `json:"started_at"`
+	EndedAt           *time.Time `json:"ended_at"`
+}
+
+// Result is what answered a run.
+type Result struct {
+	RunID           string `json:"run_id"`
+	AnsweredByRunID string `json:"answered_by_run_id"`
+	State           string `json:"state"`
+	TerminalReason  string `json:"terminal_reason"`
+	Error           string `json:"error"`
+	Answer          *struct {
+		ID      string `json:"id"`
+		Content string `json:"content"`
+	} `json:"answer"`
+}
+
+// SubmitBody is the body of a submission.
+type SubmitBody struct {
+	Content string `json:"content"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// do sends one request and decodes a 2xx JSON answer into out. It returns
+// the status; a non-2xx answer is a *Problem.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr map[string]string, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		p := &Problem{}
+		if json.Unmarshal(b, p) != nil || p.Code == "" {
+			p = &Problem{Code: "?", Detail: string(b)}
+		}
+		p.Status = resp.StatusCode
+		return resp.StatusCode, p
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decoding %q: %w", method, path, b, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// Submit posts one input with an idempotency key.
+func (c *Client) Submit(ctx context.Context, thread, key string, body SubmitBody) (Admission, error) {
+	b, _ := json.Marshal(body)
+	var a Admission
+	_, err := c.do(ctx, "POST", "/v1/threads/"+thread+"/inputs", b, map[string]string{"Idempotency-Key": key}, &a)
+	return a, err
+}
+
+// Result waits up to wait for a run's result. settled is false when the run
+// did not settle in time (202).
+func (c *Client) Result(ctx context.Context, runID string, wait time.Duration) (res Result, settled bool, err error) {
+	st, err := c.do(ctx, "GET", "/v1/runs/"+runID+"/result?wait="+wait.String(), nil, nil, &res)
+	if err != nil || st == http.StatusAccepted {
+		return Result{}, false, err
+	}
+	return res, true, nil
+}
+
+// ThreadRuns lists a thread's runs in seq order.
+func (c *Client) ThreadRuns(ctx context.Context, thread string) ([]RunRecord, error) {
+	var out struct {
+		Runs []RunRecord `json:"runs"`
+	}
+	_, err := c.do(ctx, "GET", "/v1/threads/"+thread+"/runs", nil, nil, &out)
+	return out.Runs, err
+}
+
+// Healthy reports whether /healthz answers ok.
+func (c *Client) Healthy(ctx context.Context) bool {
+	var out struct {
+		Status string `json:"status"`
+	}
+	_, err := c.do(ctx, "GET", "/healthz", nil, nil, &out)
+	return err == nil && out.Status == "ok"
+}
+
+// retryable reports whether a client should retry a request that failed
+// with err: transport errors, timeouts and 503 unavailable.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if p, ok := err.(*Problem); ok {
+		return p.Code == "unavailable"
+	}
+	return true
+}
