@@ -70,9 +70,11 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // execute runs ex's run to its terminal commit, or until it is abandoned.
 func (rt *Runtime) execute(ex *runExec) {
 	e := &execution{rt: rt, ex: ex, run: ex.run, taken: map[string][]string{}, seen: map[string]bool{}}
-	prompt, err := rt.st.Prompt(ex.ctx, e.run, nil)
+	prompt, err := e.prompt()
 	if err != nil {
-		e.fail(fmt.Errorf("building the prompt: %w", err))
+		if ex.ctx.Err() == nil {
+			e.fail(fmt.Errorf("building the prompt: %w", err))
+		}
 		return
 	}
 	e.convo = prompt
@@ -152,6 +154,36 @@ func (rt *Runtime) execute(ex *runExec) {
 func transient(err error) bool {
 	return errors.Is(err, driver.ErrUnavailable) || errors.Is(err, store.ErrContention) ||
 		errors.Is(err, store.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// prompt reads the run's prompt from the store, waiting out a store that is
+// briefly unavailable (a driver being restarted) rather than failing the run
+// for it.
+func (e *execution) prompt() ([]record.Message, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		p, err := e.rt.st.Prompt(e.ex.ctx, e.run, nil)
+		if err == nil || !transient(err) || e.ex.ctx.Err() != nil {
+			return p, err
+		}
+		e.rt.log.Warn("reading the prompt failed; retrying", "run", e.run.ID, "err", err, "backoff", backoff)
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return nil, e.ex.ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// sleepCtx waits d or until ctx is done; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // stepError ends the run after a failed step: abandoned runs commit nothing,
@@ -269,11 +301,7 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 		}
 		rt.stats.commitErrors.Add(1)
 		rt.log.Warn("terminal commit failed; retrying", "run", e.run.ID, "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-e.ex.ctx.Done():
-			t.Stop()
+		if !sleepCtx(e.ex.ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
@@ -114,5 +115,48 @@ func TestTerminalCommitRefused(t *testing.T) {
 	}
 	if r, _ := rt.Run(ctx, tk.RunID); r.Attempt != 2 {
 		t.Fatalf("answered on attempt %d, want 2", r.Attempt)
+	}
+}
+
+// flakyReads makes the first n history reads fail as a restarting driver's do.
+type flakyReads struct {
+	driver.Driver
+	mu sync.Mutex
+	n  int
+}
+
+func (d *flakyReads) ReadHistory(ctx context.Context, thread string, after int64, limit int) ([]record.Message, error) {
+	d.mu.Lock()
+	fail := d.n > 0
+	d.n--
+	d.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("%w: connection reset by peer", driver.ErrUnavailable)
+	}
+	return d.Driver.ReadHistory(ctx, thread, after, limit)
+}
+
+// TestPromptWaitsOutUnavailableStore: a store that is briefly unavailable
+// while a run reads its prompt delays the run; it does not fail it.
+func TestPromptWaitsOutUnavailableStore(t *testing.T) {
+	m, _ := model.NewScripted(model.Script{})
+	d := &flakyReads{Driver: memdriver.New()}
+	rt, err := host.New(context.Background(), host.Config{Driver: d, Model: m, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	d.mu.Lock()
+	d.n = 3
+	d.mu.Unlock()
+	tk, err := rt.Submit(context.Background(), "T", "hello", host.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := tk.Wait(ctx)
+	if err != nil || res.State != record.StateCompleted || answer(res) != "hello" {
+		t.Fatalf("%+v %v", res, err)
 	}
 }
