@@ -181,6 +181,17 @@ func validID(what, id string) error {
 	return nil
 }
 
+// pathID returns the path parameter name, or answers bad_request and false
+// when it is not a valid id.
+func (h *Handler) pathID(w http.ResponseWriter, r *http.Request, name string) (string, bool) {
+	id := r.PathValue(name)
+	if err := validID(name, id); err != nil {
+		h.fail(w, r, err)
+		return "", false
+	}
+	return id, true
+}
+
 // SubmitRequest is the body of POST /v1/threads/{thread_id}/inputs.
 type SubmitRequest struct {
 	Content  string            `json:"content"`
@@ -196,9 +207,8 @@ type Admission struct {
 }
 
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
-	thread := r.PathValue("thread_id")
-	if err := validID("thread_id", thread); err != nil {
-		h.fail(w, r, err)
+	thread, ok := h.pathID(w, r, "thread_id")
+	if !ok {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
@@ -266,9 +276,8 @@ func toRun(r record.Run) Run {
 }
 
 func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("run_id")
-	if err := validID("run_id", id); err != nil {
-		h.fail(w, r, err)
+	id, ok := h.pathID(w, r, "run_id")
+	if !ok {
 		return
 	}
 	run, err := h.rt.Run(r.Context(), id)
@@ -296,9 +305,8 @@ type Answer struct {
 }
 
 func (h *Handler) result(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("run_id")
-	if err := validID("run_id", id); err != nil {
-		h.fail(w, r, err)
+	id, ok := h.pathID(w, r, "run_id")
+	if !ok {
 		return
 	}
 	wait := time.Duration(0)
@@ -334,9 +342,8 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("run_id")
-	if err := validID("run_id", id); err != nil {
-		h.fail(w, r, err)
+	id, ok := h.pathID(w, r, "run_id")
+	if !ok {
 		return
 	}
 	run, err := h.rt.Cancel(r.Context(), id)
@@ -348,9 +355,8 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) threadRuns(w http.ResponseWriter, r *http.Request) {
-	thread := r.PathValue("thread_id")
-	if err := validID("thread_id", thread); err != nil {
-		h.fail(w, r, err)
+	thread, ok := h.pathID(w, r, "thread_id")
+	if !ok {
 		return
 	}
 	runs, err := h.rt.ThreadRuns(r.Context(), thread)
@@ -389,9 +395,8 @@ type ToolCall struct {
 }
 
 func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
-	thread := r.PathValue("thread_id")
-	if err := validID("thread_id", thread); err != nil {
-		h.fail(w, r, err)
+	thread, ok := h.pathID(w, r, "thread_id")
+	if !ok {
 		return
 	}
 	msgs, err := h.rt.History(r.Context(), thread)
@@ -425,9 +430,8 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 // saw them: after a restart a settled run's stream holds one terminal event
 // built from its durable record.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("run_id")
-	if err := validID("run_id", id); err != nil {
-		h.fail(w, r, err)
+	id, ok := h.pathID(w, r, "run_id")
+	if !ok {
 		return
 	}
 	run, err := h.rt.Run(r.Context(), id)
