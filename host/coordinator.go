@@ -2,6 +2,8 @@ package host
 
 import (
 	"errors"
+
+	"github.com/agenthost/agenthost/abi/record"
 	"time"
 
 	"github.com/agenthost/agenthost/host/runstate"
@@ -75,9 +77,16 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	case errors.Is(err, runstate.ErrNothingQueued):
 		return false
 	case errors.Is(err, runstate.ErrThreadActive):
-		// Another owner's run is active; recovery (at the next start, or by
-		// the host that owns it) moves the thread on.
-		return false
+		// A run is active. If this host owns it, it is a start whose reply
+		// was lost (the commit landed): nobody executes it, since this
+		// worker holds the thread, so execute it now. Another owner's run
+		// is moved on by recovery (at the next start, or by its host).
+		snap, lerr := rt.st.Thread(ctx, thread)
+		if lerr != nil || len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != rt.epoch {
+			return false
+		}
+		run = snap.Runs[0]
+		rt.log.Warn("adopting a run whose start was committed without a reply", "run", run.ID, "thread", thread)
 	case err != nil:
 		if ctx.Err() == nil {
 			rt.log.Error("starting a run failed; retrying the thread shortly", "thread", thread, "err", err)

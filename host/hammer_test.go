@@ -160,3 +160,83 @@ func TestPromptWaitsOutUnavailableStore(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 }
+
+// lossyDriver applies the first commit that match takes, then loses its
+// reply and makes the next thread load fail, so that the store layer cannot
+// settle the outcome: the caller gets store.ErrOutcomeUnknown although the
+// commit landed.
+type lossyDriver struct {
+	driver.Driver
+	mu        sync.Mutex
+	match     func(driver.Batch) bool
+	failLoads int
+}
+
+func (d *lossyDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	d.mu.Lock()
+	lose := d.match != nil && d.match(b)
+	if lose {
+		d.match = nil
+		d.failLoads = 1
+	}
+	d.mu.Unlock()
+	v, err := d.Driver.Commit(ctx, b)
+	if lose && err == nil {
+		return 0, fmt.Errorf("%w: connection reset by peer", driver.ErrUnavailable)
+	}
+	return v, err
+}
+
+func (d *lossyDriver) LoadThread(ctx context.Context, id string) (driver.ThreadSnapshot, error) {
+	d.mu.Lock()
+	fail := d.failLoads > 0
+	d.failLoads--
+	d.mu.Unlock()
+	if fail {
+		return driver.ThreadSnapshot{}, fmt.Errorf("%w: connection refused", driver.ErrUnavailable)
+	}
+	return d.Driver.LoadThread(ctx, id)
+}
+
+// TestLostReplies: a start and an admission that landed without their
+// callers hearing back still get their runs executed.
+func TestLostReplies(t *testing.T) {
+	m, _ := model.NewScripted(model.Script{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Run("start", func(t *testing.T) {
+		d := &lossyDriver{Driver: memdriver.New(), match: func(b driver.Batch) bool {
+			return len(b.Runs) == 1 && b.Runs[0].State == record.StateActive
+		}}
+		rt, err := host.New(ctx, host.Config{Driver: d, Model: m, Logger: quietLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(context.Background())
+		tk, err := rt.Submit(ctx, "T", "hello", host.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := tk.Wait(ctx); err != nil || answer(res) != "hello" {
+			t.Fatalf("%+v %v", res, err)
+		}
+	})
+	t.Run("admission", func(t *testing.T) {
+		d := &lossyDriver{Driver: memdriver.New(), match: func(b driver.Batch) bool { return len(b.Idempotency) == 1 }}
+		rt, err := host.New(ctx, host.Config{Driver: d, Model: m, Logger: quietLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(context.Background())
+		if _, err := rt.Submit(ctx, "T", "hello", host.SubmitOptions{IdempotencyKey: "k"}); err == nil {
+			t.Fatal("the lost reply was not reported")
+		}
+		tk, err := rt.Submit(ctx, "T", "hello", host.SubmitOptions{IdempotencyKey: "k"}) // the client retries
+		if err != nil || !tk.Duplicate {
+			t.Fatalf("retry: %+v %v", tk, err)
+		}
+		if res, err := tk.Wait(ctx); err != nil || answer(res) != "hello" {
+			t.Fatalf("%+v %v", res, err)
+		}
+	})
+}

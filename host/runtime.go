@@ -253,6 +253,9 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	}
 	t := &Ticket{rt: rt, RunID: adm.RunID, ThreadID: threadID, InputMessageID: adm.InputMessageID, Duplicate: adm.Duplicate}
 	if adm.Duplicate {
+		// The first attempt may have been committed without its caller
+		// hearing back (and so without a kick): make sure the thread runs.
+		rt.kick(threadID)
 		return t, nil
 	}
 	decision := "start"
