@@ -3,11 +3,10 @@ package conformance_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -39,31 +38,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "conformance-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		noBins = "no go command to build the driver binaries with: " + err.Error()
-		if os.Getenv("AGENTHOST_REQUIRE_ALL") == "1" {
-			fmt.Fprintln(os.Stderr, "FAIL:", noBins)
-			return 1
-		}
+	return testbin.Run([]string{"memstore", "badgerstore"}, func(b map[string]string, why string) int {
+		bins, noBins = b, why
 		return m.Run()
-	}
-	for _, name := range []string{"memstore", "badgerstore"} {
-		out := filepath.Join(dir, "agenthost-"+name)
-		cmd := exec.Command(gobin, "build", "-o", out, "github.com/agenthost/agenthost/plugins/"+name)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the %s driver: %v\n%s", name, err, b)
-			return 1
-		}
-		bins[name] = out
-	}
-	return m.Run()
+	})
 }
 
 func needBins(t testing.TB) {

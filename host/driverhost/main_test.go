@@ -3,8 +3,6 @@ package driverhost_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/testbin"
 )
 
 // bins holds the driver binaries TestMain builds: name → path. It is empty
@@ -39,43 +38,22 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "driverhost-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		noBins = "no go command to build the driver binaries with: " + err.Error()
-		if os.Getenv("AGENTHOST_REQUIRE_ALL") == "1" {
-			fmt.Fprintln(os.Stderr, "FAIL:", noBins)
+	return testbin.Run([]string{"memstore", "badgerstore"}, func(b map[string]string, why string) int {
+		bins, noBins = b, why
+		code := m.Run()
+		if code != 0 {
+			return code
+		}
+		if kids := children(); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: driver processes left behind: %v\n", kids)
 			return 1
 		}
-		return m.Run()
-	}
-	for _, name := range []string{"memstore", "badgerstore"} {
-		out := filepath.Join(dir, "agenthost-"+name)
-		cmd := exec.Command(gobin, "build", "-o", out, "github.com/agenthost/agenthost/plugins/"+name)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building the %s driver: %v\n%s", name, err, b)
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: goroutines left behind: %v\n", err)
 			return 1
 		}
-		bins[name] = out
-	}
-	code := m.Run()
-	if code != 0 {
-		return code
-	}
-	if kids := children(); len(kids) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: driver processes left behind: %v\n", kids)
-		return 1
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: goroutines left behind: %v\n", err)
-		return 1
-	}
-	return 0
+		return 0
+	})
 }
 
 // children lists the live or zombie child processes of this process, as

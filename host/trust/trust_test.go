@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
+	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -96,28 +96,10 @@ func (l lossy) Info(ctx context.Context) (driver.Info, error) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "trust-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		noBins = "no go command to build the driver binaries with: " + err.Error()
-		if os.Getenv("AGENTHOST_REQUIRE_ALL") == "1" {
-			fmt.Fprintln(os.Stderr, "FAIL:", noBins)
-			return 1
-		}
+	return testbin.Run([]string{"badgerstore"}, func(b map[string]string, why string) int {
+		bins, noBins = b, why
 		return m.Run()
-	}
-	out := filepath.Join(dir, "agenthost-badgerstore")
-	if b, err := exec.Command(gobin, "build", "-o", out, "github.com/agenthost/agenthost/plugins/badgerstore").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building badgerstore: %v\n%s", err, b)
-		return 1
-	}
-	bins["badgerstore"] = out
-	return m.Run()
+	})
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
