@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -220,8 +221,17 @@ func loadPolicy(ctx context.Context, eng *wasm.Engine, cfg Config, log *slog.Log
 	case "refine":
 		return eng.Load(ctx, standard.RefineC, opts)
 	case "queue", "interrupt", "reject", "inject":
-		coalesce := strings.Contains(strings.ReplaceAll(cfg.PolicyConfig, " ", ""), `"coalescePending":true`)
-		return policy.Static{Name: cfg.Policy, Decision: runstate.Decision{Action: runstate.Action(cfg.Policy), CoalescePending: coalesce}}, nil
+		var pc struct {
+			CoalescePending bool `json:"coalescePending"`
+		}
+		if cfg.PolicyConfig != "" {
+			dec := json.NewDecoder(strings.NewReader(cfg.PolicyConfig))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&pc); err != nil {
+				return nil, fmt.Errorf("policy_config for %s: want {\"coalescePending\": true|false}: %w", cfg.Policy, err)
+			}
+		}
+		return policy.Static{Name: cfg.Policy, Decision: runstate.Decision{Action: runstate.Action(cfg.Policy), CoalescePending: pc.CoalescePending}}, nil
 	}
 	if !strings.HasSuffix(cfg.Policy, ".wasm") {
 		return nil, fmt.Errorf("policy %q: want queue, interrupt, reject, inject, refine or a .wasm file", cfg.Policy)
