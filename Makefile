@@ -20,6 +20,8 @@ PROTO_INCLUDE ?= /usr/include
 build: guests
 	$(GO) build ./...
 	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
+	$(GO) build -o $(BIN)/agenthost-loadgen ./cmd/agenthost-loadgen
 	for d in $(DRIVERS); do $(GO) build -o $(BIN)/agenthost-$$d ./plugins/$$d || exit 1; done
 
 # Regenerate the store protocol's Go code. Needs protoc, protoc-gen-go and
