@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 func init() {
@@ -85,7 +86,7 @@ func (c *C) checkWhole(rule string, d driver.Driver, b driver.Batch) {
 	}
 	for _, k := range b.Idempotency {
 		got, err := d.GetIdempotency(c.ctx, k.ThreadID, k.Key)
-		if err != nil || normIdem(got) != normIdem(k) {
+		if err != nil || storedriver.NormalizeIdempotency(got) != storedriver.NormalizeIdempotency(k) {
 			c.Fatalf(rule, "idempotency key %q of committed batch %s: got %+v, %v", k.Key, b.CommitID, got, err)
 		}
 	}
@@ -103,7 +104,7 @@ func testBatch(c *C) {
 	c.checkWhole("atomicity.batch-whole", d, b)
 	snap, err := d.LoadThread(c.ctx, th.id)
 	c.ok("reads.read-your-writes", "LoadThread", err)
-	if !reflect.DeepEqual(normThread(snap.Thread), normThread(b.Thread)) {
+	if !reflect.DeepEqual(storedriver.NormalizeThread(snap.Thread), storedriver.NormalizeThread(b.Thread)) {
 		c.Fatalf("atomicity.batch-whole", "thread header %+v, want %+v", snap.Thread, b.Thread)
 	}
 	if !slices.Equal(ids(snap.Runs), b.Thread.OpenRunIDs) {

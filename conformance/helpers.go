@@ -9,6 +9,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
@@ -86,48 +87,13 @@ func (th *thread) admit(rule, runID, key string) record.Run {
 
 // Equality up to representation: times by instant, nil and empty alike.
 
-func normTime(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Time{}
-	}
-	return t.UTC()
+func sameRun(a, b record.Run) bool {
+	return reflect.DeepEqual(storedriver.NormalizeRun(a), storedriver.NormalizeRun(b))
 }
 
-func normRun(x record.Run) record.Run {
-	x.CreatedAt, x.StartedAt, x.EndedAt = normTime(x.CreatedAt), normTime(x.StartedAt), normTime(x.EndedAt)
-	if len(x.InputMessageIDs) == 0 {
-		x.InputMessageIDs = nil
-	}
-	return x
+func sameMessage(a, b record.Message) bool {
+	return reflect.DeepEqual(storedriver.NormalizeMessage(a), storedriver.NormalizeMessage(b))
 }
-
-func normMessage(x record.Message) record.Message {
-	x.CreatedAt = normTime(x.CreatedAt)
-	if len(x.ToolCalls) == 0 {
-		x.ToolCalls = nil
-	}
-	if len(x.Metadata) == 0 {
-		x.Metadata = nil
-	}
-	return x
-}
-
-func normThread(x record.Thread) record.Thread {
-	x.UpdatedAt = normTime(x.UpdatedAt)
-	if len(x.OpenRunIDs) == 0 {
-		x.OpenRunIDs = nil
-	}
-	return x
-}
-
-func normIdem(x record.Idempotency) record.Idempotency {
-	x.CreatedAt = normTime(x.CreatedAt)
-	return x
-}
-
-func sameRun(a, b record.Run) bool { return reflect.DeepEqual(normRun(a), normRun(b)) }
-
-func sameMessage(a, b record.Message) bool { return reflect.DeepEqual(normMessage(a), normMessage(b)) }
 
 // allHistory reads a thread's whole history with page size limit.
 func (c *C) allHistory(rule string, d driver.Driver, threadID string, limit int) []record.Message {

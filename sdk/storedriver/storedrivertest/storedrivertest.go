@@ -20,6 +20,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 // Open returns a fresh, empty driver for one subtest. Run closes it.
@@ -131,45 +132,6 @@ func (th *thread) admit(runID, key string) (record.Run, record.Message) {
 // Equality up to representation: times compare by instant, and nil and
 // empty slices and maps are the same.
 
-func normTime(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-func normThread(x record.Thread) record.Thread {
-	x.UpdatedAt = normTime(x.UpdatedAt)
-	if len(x.OpenRunIDs) == 0 {
-		x.OpenRunIDs = nil
-	}
-	return x
-}
-
-func normRun(x record.Run) record.Run {
-	x.CreatedAt, x.StartedAt, x.EndedAt = normTime(x.CreatedAt), normTime(x.StartedAt), normTime(x.EndedAt)
-	if len(x.InputMessageIDs) == 0 {
-		x.InputMessageIDs = nil
-	}
-	return x
-}
-
-func normMessage(x record.Message) record.Message {
-	x.CreatedAt = normTime(x.CreatedAt)
-	if len(x.ToolCalls) == 0 {
-		x.ToolCalls = nil
-	}
-	if len(x.Metadata) == 0 {
-		x.Metadata = nil
-	}
-	return x
-}
-
-func normIdem(x record.Idempotency) record.Idempotency {
-	x.CreatedAt = normTime(x.CreatedAt)
-	return x
-}
-
 func mapSlice[T any](xs []T, f func(T) T) []T {
 	out := make([]T, len(xs))
 	for i, x := range xs {
@@ -179,11 +141,11 @@ func mapSlice[T any](xs []T, f func(T) T) []T {
 }
 
 func equalRuns(a, b []record.Run) bool {
-	return reflect.DeepEqual(mapSlice(a, normRun), mapSlice(b, normRun))
+	return reflect.DeepEqual(mapSlice(a, storedriver.NormalizeRun), mapSlice(b, storedriver.NormalizeRun))
 }
 
 func equalMessages(a, b []record.Message) bool {
-	return reflect.DeepEqual(mapSlice(a, normMessage), mapSlice(b, normMessage))
+	return reflect.DeepEqual(mapSlice(a, storedriver.NormalizeMessage), mapSlice(b, storedriver.NormalizeMessage))
 }
 
 func wantErr(t *testing.T, what string, err, want error) {
@@ -233,7 +195,7 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(normThread(snap.Thread), normThread(b.Thread)) {
+	if !reflect.DeepEqual(storedriver.NormalizeThread(snap.Thread), storedriver.NormalizeThread(b.Thread)) {
 		t.Fatalf("LoadThread header = %+v, want %+v", snap.Thread, b.Thread)
 	}
 	if !equalRuns(snap.Runs, []record.Run{r2, r1}) {
@@ -244,7 +206,7 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 		t.Fatalf("GetRuns = %+v, %v", runs, err)
 	}
 	got, err := d.GetIdempotency(ctx, th.id, k.Key)
-	if err != nil || normIdem(got) != normIdem(k) {
+	if err != nil || storedriver.NormalizeIdempotency(got) != storedriver.NormalizeIdempotency(k) {
 		t.Fatalf("GetIdempotency = %+v, %v; want %+v", got, err, k)
 	}
 	msgs, err := d.ReadHistory(ctx, th.id, 0, 10)
