@@ -63,8 +63,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# Every benchmark, written up as docs/benchmarks.md (figures beside their
+# peers from the same run, ratios, targets). BENCHTIME sets the throughput
+# benchmarks' length.
+BENCHTIME ?= 3s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./internal/benchreport -out docs/benchmarks.md -benchtime $(BENCHTIME)
 
 # The runtime's deterministic simulation with more seeds than `make test`
 # runs (2,000). Replay one failing seed with:

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// row is one figure of the report, with its peer from the same run.
+type row struct {
+	label string
+	key   string // "pkg Benchmark/sub"
+	unit  string
+	// peer, when set, is the figure it is compared with.
+	peerLabel, peerKey, peerUnit string
+	// target describes the goal; met judges value (and ratio).
+	target string
+	met    func(value, ratio float64) bool
+}
+
+type section struct {
+	title string
+	about string
+	jobs  []int // indexes into the job list: the commands of this section
+	rows  []row
+}
+
+func atLeast(x float64) func(v, r float64) bool { return func(v, _ float64) bool { return v >= x } }
+func atMost(x float64) func(v, r float64) bool  { return func(v, _ float64) bool { return v <= x } }
+func ratioAtMost(x float64) func(v, r float64) bool {
+	return func(_, r float64) bool { return r <= x }
+}
+
+func sections() []section {
+	const bd, dh, wasm, host = "./plugins/badgerstore/badgerdriver", "./host/driverhost", "./host/wasm", "./host"
+	var drivers []row
+	for _, n := range []int{1, 16, 64} {
+		r := row{
+			label: fmt.Sprintf("badgerstore through the plugin, %d threads", n), key: fmt.Sprintf("%s BenchmarkCommit/badgerstore/threads=%d", dh, n), unit: "commits/s",
+			peerLabel: "badger in process (same durability, group commit)", peerKey: fmt.Sprintf("%s BenchmarkCommit/threads=%d", bd, n), peerUnit: "commits/s",
+		}
+		if n == 64 {
+			r.target = "≥ 0.5× in process and ≥ 20,000 commits/s"
+			r.met = func(v, ratio float64) bool { return ratio >= 0.5 && v >= 20000 }
+		}
+		drivers = append(drivers, r)
+	}
+	for _, n := range []int{1, 16, 64} {
+		for _, d := range []string{"badgerstore", "memstore"} {
+			drivers = append(drivers, row{label: fmt.Sprintf("%s through the plugin, %d threads, commit p50", d, n), key: fmt.Sprintf("%s BenchmarkCommit/%s/threads=%d", dh, d, n), unit: "p50-µs",
+				peerLabel: "p99", peerKey: fmt.Sprintf("%s BenchmarkCommit/%s/threads=%d", dh, d, n), peerUnit: "p99-µs"})
+		}
+	}
+	drivers = append(drivers, row{label: "memstore through the plugin, one read round trip, p50", key: dh + " BenchmarkRoundTrip/memstore", unit: "p50-µs",
+		peerLabel: "badgerstore, the same", peerKey: dh + " BenchmarkRoundTrip/badgerstore", peerUnit: "p50-µs", target: "memstore ≤ 150 µs", met: atMost(150)})
+
+	wasmRows := []row{
+		{label: "C guest decision p50", key: wasm + " BenchmarkDecide/guest=c", unit: "p50-ns", peerLabel: "native Go, the same policy", peerKey: wasm + " BenchmarkDecide/native", peerUnit: "p50-ns", target: "≤ 2,000 ns", met: atMost(2000)},
+		{label: "Go guest decision p50", key: wasm + " BenchmarkDecide/guest=go", unit: "p50-ns", peerLabel: "native Go, the same policy", peerKey: wasm + " BenchmarkDecide/native", peerUnit: "p50-ns", target: "≤ 5,000 ns", met: atMost(5000)},
+		{label: "Go guest decision p50", key: wasm + " BenchmarkDecide/guest=go", unit: "p50-ns", peerLabel: "C guest", peerKey: wasm + " BenchmarkDecide/guest=c", peerUnit: "p50-ns"},
+		{label: "C guest decision p99", key: wasm + " BenchmarkDecide/guest=c", unit: "p99-ns", peerLabel: "native Go p99", peerKey: wasm + " BenchmarkDecide/native", peerUnit: "p99-ns"},
+		{label: "Go guest load from the compilation cache (ns)", key: wasm + " BenchmarkLoad/go/cached", unit: "ns/op", peerLabel: "cold", peerKey: wasm + " BenchmarkLoad/go/cold", peerUnit: "ns/op", target: "≤ 100 ms", met: atMost(100e6)},
+		{label: "C guest load from the compilation cache (ns)", key: wasm + " BenchmarkLoad/c/cached", unit: "ns/op", peerLabel: "cold", peerKey: wasm + " BenchmarkLoad/c/cold", peerUnit: "ns/op", target: "≤ 100 ms", met: atMost(100e6)},
+		{label: "C guest memory per pooled instance (linear, bytes)", key: wasm + " BenchmarkInstance/c", unit: "linear-bytes/instance", peerLabel: "Go guest", peerKey: wasm + " BenchmarkInstance/go", peerUnit: "linear-bytes/instance", target: "≤ 256 KiB", met: atMost(256 << 10)},
+		{label: "C guest host heap per instance (bytes)", key: wasm + " BenchmarkInstance/c", unit: "heap-bytes/instance", peerLabel: "Go guest", peerKey: wasm + " BenchmarkInstance/go", peerUnit: "heap-bytes/instance"},
+	}
+
+	var rt []row
+	for _, n := range []int{1, 64, 1024} {
+		rt = append(rt, row{label: fmt.Sprintf("runs/s over badgerstore through the plugin, %d clients", n), key: fmt.Sprintf("%s BenchmarkRunsEndToEnd/driver=badgerstore-plugin/threads=%d", host, n), unit: "runs/s",
+			peerLabel: "badger in process", peerKey: fmt.Sprintf("%s BenchmarkRunsEndToEnd/driver=badger-inprocess/threads=%d", host, n), peerUnit: "runs/s"})
+		rt = append(rt, row{label: fmt.Sprintf("runs/s over memdriver (in process, not durable), %d clients", n), key: fmt.Sprintf("%s BenchmarkRunsEndToEnd/driver=memdriver/threads=%d", host, n), unit: "runs/s",
+			peerLabel: "badger in process", peerKey: fmt.Sprintf("%s BenchmarkRunsEndToEnd/driver=badger-inprocess/threads=%d", host, n), peerUnit: "runs/s"})
+	}
+	rt = append(rt,
+		row{label: "step cost, policy that cannot inject (ns/step)", key: host + " BenchmarkStepOverhead", unit: "ns/step:cannot-inject", peerLabel: "no policy", peerKey: host + " BenchmarkStepOverhead", peerUnit: "ns/step:none", target: "ratio ≤ 1.02", met: ratioAtMost(1.02)},
+		row{label: "step cost, policy that can inject (ns/step)", key: host + " BenchmarkStepOverhead", unit: "ns/step:can-inject", peerLabel: "no policy", peerKey: host + " BenchmarkStepOverhead", peerUnit: "ns/step:none"},
+		row{label: "recovery of 100,000 runs over badgerstore through the plugin (s)", key: host + " BenchmarkRecovery/driver=badgerstore-plugin", unit: "s/recovery", peerLabel: "memdriver", peerKey: host + " BenchmarkRecovery/driver=memdriver", peerUnit: "s/recovery", target: "≤ 5 s", met: atMost(5)},
+		row{label: "host memory per queued run (bytes)", key: host + " BenchmarkMemoryPerQueuedRun", unit: "hostB/queued-run", target: "≤ 2 KiB", met: atMost(2048)},
+	)
+	return []section{
+		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
+		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
+		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
+	}
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case v >= 100:
+		return addCommas(fmt.Sprintf("%.0f", v))
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+func addCommas(s string) string {
+	n := len(s)
+	if n <= 3 {
+		return s
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (n-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func get(res results, key, unit string) float64 {
+	if m, ok := res[key]; ok {
+		if v, ok := m[unit]; ok {
+			return v
+		}
+	}
+	return math.NaN()
+}
+
+func writeReport(b *strings.Builder, res results, jobs []job, machine string, start time.Time, took time.Duration, load0, load1 string) {
+	fmt.Fprintf(b, "# Benchmarks\n\nGenerated by `make bench` (`go run ./internal/benchreport`) on %s UTC, in %s.\n\n", start.UTC().Format("2006-01-02 15:04"), took.Round(time.Second))
+	fmt.Fprintf(b, "Machine: %s; load average %s at the start, %s at the end. The machine is shared: absolute figures move between runs, so each figure stands beside its peer from the same run, and the ratio is the point. What dominates each cost is discussed in [benchmark-notes.md](benchmark-notes.md).\n\n", machine, load0, load1)
+	for _, s := range sections() {
+		fmt.Fprintf(b, "## %s\n\n%s\n\n```sh\n", s.title, s.about)
+		for _, j := range s.jobs {
+			fmt.Fprintln(b, jobs[j])
+		}
+		fmt.Fprintf(b, "```\n\n| figure | value | peer | peer value | ratio | target | met |\n|---|---:|---|---:|---:|---|---|\n")
+		for _, r := range s.rows {
+			v := get(res, r.key, r.unit)
+			peer, ratio := math.NaN(), math.NaN()
+			if r.peerKey != "" {
+				peer = get(res, r.peerKey, r.peerUnit)
+				ratio = v / peer
+			}
+			met := ""
+			if r.met != nil {
+				switch {
+				case math.IsNaN(v):
+					met = "not measured"
+				case r.met(v, ratio):
+					met = "met"
+				default:
+					met = "**not met**"
+				}
+			}
+			peerLabel := r.peerLabel
+			if peerLabel == "" {
+				peerLabel = "(single figure)"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.label, fmtNum(v), peerLabel, fmtNum(peer), fmtRatio(ratio), r.target, met)
+		}
+		fmt.Fprintln(b)
+	}
+}
+
+func fmtRatio(r float64) string {
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g×", r)
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAndReport(t *testing.T) {
+	res := results{}
+	parse(strings.NewReader(`goos: linux
+BenchmarkCommit/threads=64-2         	   51000	     58000 ns/op	     17020 commits/s	      3109 p50-µs	      9057 p99-µs
+PASS
+`), "./plugins/badgerstore/badgerdriver", res, io.Discard)
+	parse(strings.NewReader(`BenchmarkCommit/badgerstore/threads=64-2   	    9000	    300000 ns/op	      3260 commits/s	     15935 p50-µs	     91526 p99-µs
+BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	       400 p99-µs
+`), "./host/driverhost", res, io.Discard)
+	parse(strings.NewReader(`BenchmarkStepOverhead-2   	    3256	   1263857 ns/op	     27297 ns/step:can-inject	     25635 ns/step:cannot-inject	     26044 ns/step:none
+`), "./host", res, io.Discard)
+	if got := res["./host/driverhost BenchmarkCommit/badgerstore/threads=64"]["commits/s"]; got != 3260 {
+		t.Fatalf("parsed %v", res)
+	}
+	var b strings.Builder
+	writeReport(&b, res, []job{{"a", "b", "1s"}, {"c", "d", "1s"}, {"e", "f", "1x"}, {"g", "h", "1x"}, {"i", "j", "1s"}, {"k", "l", "1x"}}, "test machine", time.Unix(0, 0), time.Second, "1", "2")
+	out := b.String()
+	for _, want := range []string{
+		"| badgerstore through the plugin, 64 threads | 3,260 | badger in process (same durability, group commit) | 17,020 | 0.192× | ≥ 0.5× in process and ≥ 20,000 commits/s | **not met** |",
+		"| memstore through the plugin, one read round trip, p50 | 152 |",
+		"| step cost, policy that cannot inject (ns/step) | 25,635 | no policy | 26,044 | 0.984× | ratio ≤ 1.02 | met |",
+		"| recovery of 100,000 runs over badgerstore through the plugin (s) | – |",
+		"not measured",
+		"Machine: test machine",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q\n%s", want, out)
+		}
+	}
+}
