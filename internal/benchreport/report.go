@@ -26,7 +26,7 @@ type section struct {
 	rows  []row
 }
 
-func atMost(x float64) func(v, r float64) bool  { return func(v, _ float64) bool { return v <= x } }
+func atMost(x float64) func(v, r float64) bool { return func(v, _ float64) bool { return v <= x } }
 func ratioAtMost(x float64) func(v, r float64) bool {
 	return func(_, r float64) bool { return r <= x }
 }
