@@ -52,21 +52,21 @@ func testInfo(c *C) {
 // bigBatch is a multi-record batch on a new thread: three runs, four
 // messages, two keys.
 func bigBatch(th *thread) (driver.Batch, []record.Run, []record.Message, []record.Idempotency) {
-	r1, r2, r3 := th.run("r1"), th.run("r2"), th.run("r3")
+	r1, r2, r3 := th.Run("r1"), th.Run("r2"), th.Run("r3")
 	r3.State, r3.TerminalReason = record.StateCompleted, record.ReasonCompleted
-	m := []record.Message{th.msg("m1", "r1"), th.msg("m2", "r2"), th.msg("m3", "r3"), th.msg("m4", "r3")}
+	m := []record.Message{th.Msg("m1", "r1"), th.Msg("m2", "r2"), th.Msg("m3", "r3"), th.Msg("m4", "r3")}
 	m[3].Role, m[3].ToolCalls = record.RoleAssistant, []record.ToolCall{{ID: "call", Name: "search", Arguments: `{"q":1}`}}
 	for i := range m {
-		m[i].ID = th.id + "-" + m[i].ID
+		m[i].ID = th.ID + "-" + m[i].ID
 	}
-	k := []record.Idempotency{th.key("k1", r1.ID, m[0].ID), th.key("k2", r2.ID, m[1].ID)}
+	k := []record.Idempotency{th.Key("k1", r1.ID, m[0].ID), th.Key("k2", r2.ID, m[1].ID)}
 	runs := []record.Run{r1, r2, r3}
 	for i := range runs {
-		runs[i].ID = th.id + "-" + runs[i].ID
+		runs[i].ID = th.ID + "-" + runs[i].ID
 		runs[i].InputMessageIDs = []string{m[i].ID}
 	}
 	k[0].RunID, k[1].RunID = runs[0].ID, runs[1].ID
-	return th.batch([]string{runs[0].ID, runs[1].ID}, runs, m, k), runs, m, k
+	return th.Batch([]string{runs[0].ID, runs[1].ID}, runs, m, k), runs, m, k
 }
 
 // checkWhole fails rule unless every record of b is there as committed.
@@ -102,7 +102,7 @@ func testBatch(c *C) {
 	b, _, _, _ := bigBatch(th)
 	th.commit("atomicity.batch-whole", b)
 	c.checkWhole("atomicity.batch-whole", d, b)
-	snap, err := d.LoadThread(c.ctx, th.id)
+	snap, err := d.LoadThread(c.ctx, th.ID)
 	c.ok("reads.read-your-writes", "LoadThread", err)
 	if !reflect.DeepEqual(storedriver.NormalizeThread(snap.Thread), storedriver.NormalizeThread(b.Thread)) {
 		c.Fatalf("atomicity.batch-whole", "thread header %+v, want %+v", snap.Thread, b.Thread)
@@ -149,7 +149,7 @@ func testRefusedBatch(c *C) {
 		mut  func(b *driver.Batch)
 	}{
 		{"a batch reusing an existing idempotency key", driver.ErrVersionConflict, func(b *driver.Batch) {
-			b.Idempotency = append(b.Idempotency, th.key("k0", b.Runs[0].ID, b.Messages[0].ID))
+			b.Idempotency = append(b.Idempotency, th.Key("k0", b.Runs[0].ID, b.Messages[0].ID))
 		}},
 		{"a batch reusing a message id", driver.ErrInvalidArgument, func(b *driver.Batch) {
 			m := b.Messages[3]
@@ -161,11 +161,12 @@ func testRefusedBatch(c *C) {
 		}},
 	} {
 		th2 := *th
+		th2.Builder = th.Fork()
 		b, runs, _, keys := bigBatch(&th2)
 		tc.mut(&b)
 		_, err := d.Commit(c.ctx, b)
 		c.wantErr("atomicity.refused-batch-writes-nothing", tc.what, err, tc.want)
-		c.expectUntouched("atomicity.refused-batch-writes-nothing", d, th.id, 1, 1, ids(runs), []string{keys[0].Key, keys[1].Key})
+		c.expectUntouched("atomicity.refused-batch-writes-nothing", d, th.ID, 1, 1, ids(runs), []string{keys[0].Key, keys[1].Key})
 	}
 }
 
@@ -176,16 +177,17 @@ func testStaleVersion(c *C) {
 	th.admit("concurrency.commit", "occ-r2", "")
 	for _, expected := range []int64{0, 1, 3, 9} {
 		th2 := *th
-		th2.version = expected
-		r := th2.run(fmt.Sprintf("stale-%d", expected))
-		b := th2.batch(append(slices.Clone(th.open), r.ID), []record.Run{r}, []record.Message{th2.msg(r.ID+"-in", r.ID)}, []record.Idempotency{th2.key("stale", r.ID, r.ID+"-in")})
+		th2.Builder = th.Fork()
+		th2.Version = expected
+		r := th2.Run(fmt.Sprintf("stale-%d", expected))
+		b := th2.Batch(append(slices.Clone(th.Open), r.ID), []record.Run{r}, []record.Message{th2.Msg(r.ID+"-in", r.ID)}, []record.Idempotency{th2.Key("stale", r.ID, r.ID+"-in")})
 		b.Thread.Version = expected + 1
 		_, err := d.Commit(c.ctx, b)
 		if err == nil {
 			c.Fatalf("concurrency.stale-version", "a commit expecting version %d of a thread at version 2 was accepted", expected)
 		}
 		c.wantErr("concurrency.stale-version", fmt.Sprintf("commit expecting version %d of a thread at 2", expected), err, driver.ErrVersionConflict)
-		c.expectUntouched("concurrency.stale-version-writes-nothing", d, th.id, 2, 2, []string{r.ID}, []string{"stale"})
+		c.expectUntouched("concurrency.stale-version-writes-nothing", d, th.ID, 2, 2, []string{r.ID}, []string{"stale"})
 	}
 	th.admit("concurrency.commit", "occ-r3", "")
 }
@@ -198,16 +200,17 @@ func testOneWinner(c *C) {
 	}
 	for round := 0; round < 3; round++ {
 		th := c.thread(d, fmt.Sprintf("race-%d", round))
-		th.admit("concurrency.commit", th.id+"-base", "")
+		th.admit("concurrency.commit", th.ID+"-base", "")
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
 				th2 := *th
-				r := th2.run(fmt.Sprintf("%s-w%d", th.id, i))
-				m := th2.msg(r.ID+"-in", r.ID)
-				b := th2.batch(append(slices.Clone(th.open), r.ID), []record.Run{r}, []record.Message{m}, []record.Idempotency{th2.key(fmt.Sprintf("k%d", i), r.ID, m.ID)})
-				b.CommitID = fmt.Sprintf("%s-c%d", th.id, i)
+				th2.Builder = th.Fork()
+				r := th2.Run(fmt.Sprintf("%s-w%d", th.ID, i))
+				m := th2.Msg(r.ID+"-in", r.ID)
+				b := th2.Batch(append(slices.Clone(th.Open), r.ID), []record.Run{r}, []record.Message{m}, []record.Idempotency{th2.Key(fmt.Sprintf("k%d", i), r.ID, m.ID)})
+				b.CommitID = fmt.Sprintf("%s-c%d", th.ID, i)
 				b.Thread.LastCommitID = b.CommitID
 				_, errs[i] = d.Commit(c.ctx, b)
 			})
@@ -225,15 +228,15 @@ func testOneWinner(c *C) {
 		if len(winners) != 1 {
 			c.Fatalf("concurrency.one-winner", "%d of %d concurrent commits on version 1 succeeded, want exactly 1", len(winners), n)
 		}
-		snap, err := d.LoadThread(c.ctx, th.id)
-		if err != nil || snap.Thread.Version != 2 || snap.Thread.LastCommitID != fmt.Sprintf("%s-c%d", th.id, winners[0]) {
+		snap, err := d.LoadThread(c.ctx, th.ID)
+		if err != nil || snap.Thread.Version != 2 || snap.Thread.LastCommitID != fmt.Sprintf("%s-c%d", th.ID, winners[0]) {
 			c.Fatalf("concurrency.one-winner", "after the race the thread is %+v, %v; want version 2 written by the winner", snap.Thread, err)
 		}
-		if hist := c.allHistory("concurrency.one-winner", d, th.id, 100); len(hist) != 2 {
+		if hist := c.allHistory("concurrency.one-winner", d, th.ID, 100); len(hist) != 2 {
 			c.Fatalf("concurrency.one-winner", "after the race the thread has %d messages, want 2 (the losers write nothing)", len(hist))
 		}
 		for i := range n {
-			id := fmt.Sprintf("%s-w%d", th.id, i)
+			id := fmt.Sprintf("%s-w%d", th.ID, i)
 			if i == winners[0] {
 				c.getRun("concurrency.one-winner", d, id)
 			} else {
@@ -251,18 +254,18 @@ func testReadYourWrites(c *C) {
 		r := th.admit("reads.read-your-writes", fmt.Sprintf("ryw-%d", i), fmt.Sprintf("key-%d", i))
 		want[r.ID] = r
 		// Every read sees the commit at once.
-		snap, err := d.LoadThread(c.ctx, th.id)
-		if err != nil || snap.Thread.Version != th.version || !slices.Equal(ids(snap.Runs), th.open) {
-			c.Fatalf("reads.read-your-writes", "LoadThread right after commit %d: version %d, open %v, %v; want %d, %v", i+1, snap.Thread.Version, ids(snap.Runs), err, th.version, th.open)
+		snap, err := d.LoadThread(c.ctx, th.ID)
+		if err != nil || snap.Thread.Version != th.Version || !slices.Equal(ids(snap.Runs), th.Open) {
+			c.Fatalf("reads.read-your-writes", "LoadThread right after commit %d: version %d, open %v, %v; want %d, %v", i+1, snap.Thread.Version, ids(snap.Runs), err, th.Version, th.Open)
 		}
 		got := c.getRun("reads.read-your-writes", d, r.ID)
 		if !sameRun(got, r) {
 			c.Fatalf("reads.fidelity", "run read back differs: got %+v, want %+v", got, r)
 		}
-		if k, err := d.GetIdempotency(c.ctx, th.id, fmt.Sprintf("key-%d", i)); err != nil || k.RunID != r.ID {
+		if k, err := d.GetIdempotency(c.ctx, th.ID, fmt.Sprintf("key-%d", i)); err != nil || k.RunID != r.ID {
 			c.Fatalf("reads.read-your-writes", "key of commit %d right after it: %+v, %v", i+1, k, err)
 		}
-		if hist := c.allHistory("reads.read-your-writes", d, th.id, 100); len(hist) != i+1 {
+		if hist := c.allHistory("reads.read-your-writes", d, th.ID, 100); len(hist) != i+1 {
 			c.Fatalf("reads.read-your-writes", "history right after commit %d has %d messages", i+1, len(hist))
 		}
 	}
@@ -278,7 +281,7 @@ func testReadYourWrites(c *C) {
 	// A replaced run reads back replaced.
 	r := want["ryw-0"]
 	r.State, r.Owner, r.Attempt = record.StateActive, "host-1", 1
-	th.commit("reads.read-your-writes", th.batch(th.open, []record.Run{r}, nil, nil))
+	th.commit("reads.read-your-writes", th.Batch(th.Open, []record.Run{r}, nil, nil))
 	if got := c.getRun("reads.read-your-writes", d, r.ID); !sameRun(got, r) {
 		c.Fatalf("reads.read-your-writes", "replaced run reads back as %+v, want %+v", got, r)
 	}
@@ -292,17 +295,17 @@ func testHistory(c *C) {
 	for k := range 6 {
 		var msgs []record.Message
 		for i := range 5 {
-			m := th.msg(fmt.Sprintf("h-%d-%d", k, i), "run")
+			m := th.Msg(fmt.Sprintf("h-%d-%d", k, i), "run")
 			m.Content = strings.Repeat(string(rune('a'+i)), k*10+i)
-			th.nextSeq += int64(k) // gaps are allowed
+			th.NextSeq += int64(k) // gaps are allowed
 			msgs = append(msgs, m)
 		}
-		th.commit("reads.history", th.batch(nil, nil, msgs, nil))
+		th.commit("reads.history", th.Batch(nil, nil, msgs, nil))
 		want = append(want, msgs...)
 		other.admit("reads.history", fmt.Sprintf("o-%d", k), "")
 	}
 	for _, limit := range []int{1, 2, 3, 7, 30, 1000} {
-		got := c.allHistory("reads.history-order", d, th.id, limit)
+		got := c.allHistory("reads.history-order", d, th.ID, limit)
 		if len(got) != len(want) {
 			c.Fatalf("reads.history-paging", "paging with limit %d read %d messages, want %d (a page skipped or repeated records)", limit, len(got), len(want))
 		}
@@ -313,11 +316,11 @@ func testHistory(c *C) {
 		}
 	}
 	// Starting inside a gap, and past the end.
-	page, err := d.ReadHistory(c.ctx, th.id, want[7].Seq+1, 1)
+	page, err := d.ReadHistory(c.ctx, th.ID, want[7].Seq+1, 1)
 	if err != nil || len(page) != 1 || page[0].ID != want[8].ID {
 		c.Fatalf("reads.history-paging", "ReadHistory from inside a gap = %v, %v; want %s", page, err, want[8].ID)
 	}
-	page, err = d.ReadHistory(c.ctx, th.id, want[len(want)-1].Seq, 10)
+	page, err = d.ReadHistory(c.ctx, th.ID, want[len(want)-1].Seq, 10)
 	if err != nil || len(page) != 0 {
 		c.Fatalf("reads.history-paging", "ReadHistory past the end = %d messages, %v; want none", len(page), err)
 	}
@@ -331,13 +334,13 @@ func testIdempotency(c *C) {
 	a.admit("reads.idempotency", "ia2", "only-a")
 	for _, tc := range []struct {
 		thread, key, run string
-	}{{a.id, "shared-key", ra.ID}, {b.id, "shared-key", rb.ID}, {a.id, "only-a", "ia2"}} {
+	}{{a.ID, "shared-key", ra.ID}, {b.ID, "shared-key", rb.ID}, {a.ID, "only-a", "ia2"}} {
 		k, err := d.GetIdempotency(c.ctx, tc.thread, tc.key)
 		if err != nil || k.ThreadID != tc.thread || k.RunID != tc.run {
 			c.Fatalf("reads.idempotency-by-thread", "GetIdempotency(%s, %s) = %+v, %v; want the record of run %s (keys are per thread)", tc.thread, tc.key, k, err, tc.run)
 		}
 	}
-	for _, tc := range [][2]string{{b.id, "only-a"}, {"idem-c", "shared-key"}, {a.id, "never"}} {
+	for _, tc := range [][2]string{{b.ID, "only-a"}, {"idem-c", "shared-key"}, {a.ID, "never"}} {
 		if k, err := d.GetIdempotency(c.ctx, tc[0], tc[1]); !errors.Is(err, driver.ErrNotFound) {
 			c.Fatalf("reads.idempotency-by-thread", "GetIdempotency(%s, %s) = %+v, %v; want ErrNotFound (keys are per thread)", tc[0], tc[1], k, err)
 		}
@@ -371,7 +374,7 @@ func testByState(c *C) {
 	}
 	ths := []*thread{c.thread(d, "ix-a"), c.thread(d, "ix-b")}
 	step := func(th *thread, what string, open []string, runs ...record.Run) {
-		th.commit("index.list-by-state", th.batch(open, runs, nil, nil))
+		th.commit("index.list-by-state", th.Batch(open, runs, nil, nil))
 		for _, r := range runs {
 			model[r.ID] = r
 		}
@@ -386,17 +389,17 @@ func testByState(c *C) {
 		id := func(j int) string { return fmt.Sprintf("ix%d-%d", j, i) }
 		r0, r1, r2, r3 := model[id(0)], model[id(1)], model[id(2)], model[id(3)]
 		r0.State, r0.Owner = record.StateActive, "host-1"
-		step(th, "starting "+r0.ID, th.open, r0)
+		step(th, "starting "+r0.ID, th.Open, r0)
 		r0.State, r0.Owner = record.StateQueued, ""
 		r0.Attempt++
-		step(th, "recovering "+r0.ID, th.open, r0)
+		step(th, "recovering "+r0.ID, th.Open, r0)
 		r0.State, r0.Owner = record.StateActive, "host-2"
-		step(th, "restarting "+r0.ID, th.open, r0)
+		step(th, "restarting "+r0.ID, th.Open, r0)
 		r0.State, r0.TerminalReason = record.StateCompleted, record.ReasonCompleted
 		r1.State, r1.TerminalReason, r1.AbsorbedIntoRunID = record.StateSuperseded, record.ReasonAbsorbed, r0.ID
 		step(th, "completing "+r0.ID+" absorbing "+r1.ID, []string{id(2), id(3)}, r0, r1)
 		r2.State, r2.Owner = record.StateActive, "host-2"
-		step(th, "starting "+r2.ID, th.open, r2)
+		step(th, "starting "+r2.ID, th.Open, r2)
 		r2.State, r2.TerminalReason = record.StateFailed, record.ReasonFailed
 		r3.State, r3.TerminalReason = record.StateInterrupted, record.ReasonCanceled
 		step(th, "failing "+r2.ID+" and canceling "+r3.ID, nil, r2, r3)
@@ -464,34 +467,34 @@ func testBadInput(c *C) {
 	}
 	_, err := d.LoadThread(c.ctx, "")
 	check("LoadThread of an empty id", err, driver.ErrInvalidArgument)
-	_, err = d.ReadHistory(c.ctx, th.id, 0, 0)
+	_, err = d.ReadHistory(c.ctx, th.ID, 0, 0)
 	check("ReadHistory with limit 0", err, driver.ErrInvalidArgument)
 	_, err = d.ListRuns(c.ctx, "sleeping", "", 10)
 	check("ListRuns of an unknown state", err, driver.ErrInvalidArgument)
 	_, err = d.ListRuns(c.ctx, record.StateQueued, "", -1)
 	check("ListRuns with a negative limit", err, driver.ErrInvalidArgument)
-	_, err = d.GetIdempotency(c.ctx, th.id, "")
+	_, err = d.GetIdempotency(c.ctx, th.ID, "")
 	check("GetIdempotency without a key", err, driver.ErrInvalidArgument)
 	_, err = d.Commit(c.ctx, driver.Batch{})
 	check("an empty batch", err, driver.ErrInvalidArgument)
-	b := th.batch(th.open, []record.Run{{ID: "x", ThreadID: th.id, State: "sleeping"}}, nil, nil)
+	b := th.Batch(th.Open, []record.Run{{ID: "x", ThreadID: th.ID, State: "sleeping"}}, nil, nil)
 	_, err = d.Commit(c.ctx, b)
 	check("a run in an unknown state", err, driver.ErrInvalidArgument)
-	b = th.batch(th.open, []record.Run{{ID: "x", ThreadID: "elsewhere", State: record.StateQueued}}, nil, nil)
+	b = th.Batch(th.Open, []record.Run{{ID: "x", ThreadID: "elsewhere", State: record.StateQueued}}, nil, nil)
 	_, err = d.Commit(c.ctx, b)
 	check("a run of another thread", err, driver.ErrInvalidArgument)
-	b = th.batch(th.open, nil, nil, nil)
+	b = th.Batch(th.Open, nil, nil, nil)
 	b.Thread.Version = 7
 	_, err = d.Commit(c.ctx, b)
 	check("a header version that is not expected+1", err, driver.ErrInvalidArgument)
-	big := th.msg("huge", "bad-1")
+	big := th.Msg("huge", "bad-1")
 	big.Content = strings.Repeat("x", 9<<20)
-	_, err = d.Commit(c.ctx, th.batch(th.open, nil, []record.Message{big}, nil))
+	_, err = d.Commit(c.ctx, th.Batch(th.Open, nil, []record.Message{big}, nil))
 	check("a batch over the size limit", err, driver.ErrTooLarge)
-	th.nextSeq--
-	c.expectUntouched("badinput.writes-nothing", d, th.id, 1, 1, []string{"x"}, nil)
+	th.NextSeq--
+	c.expectUntouched("badinput.writes-nothing", d, th.ID, 1, 1, []string{"x"}, nil)
 	// Still serving, in the same process.
-	th.commits = 100
+	th.Commits = 100
 	th.admit("badinput.keeps-serving", "bad-2", "")
 	if d.Pid() != pid {
 		c.Fatalf("badinput.keeps-serving", "the driver process changed (pid %d, was %d): bad input crashed it", d.Pid(), pid)

@@ -260,12 +260,12 @@ func testLargeMessages(c *C) {
 	th := c.thread(d, "large")
 	var want []record.Message
 	for i := range n {
-		m := th.msg(fmt.Sprintf("large-%d", i), "run")
+		m := th.Msg(fmt.Sprintf("large-%d", i), "run")
 		m.Content = strings.Repeat(string(rune('a'+i)), 1<<20)
-		th.commit("scale.large-messages", th.batch(nil, nil, []record.Message{m}, nil))
+		th.commit("scale.large-messages", th.Batch(nil, nil, []record.Message{m}, nil))
 		want = append(want, m)
 	}
-	got := c.allHistory("scale.large-messages", d, th.id, 2)
+	got := c.allHistory("scale.large-messages", d, th.ID, 2)
 	if len(got) != n {
 		c.Fatalf("scale.large-messages", "read %d messages of 1 MiB, want %d", len(got), n)
 	}
@@ -288,11 +288,11 @@ func testShared(c *C) {
 	var d2 driver.Driver = in
 	th := c.thread(d1, "shared")
 	th.admit("shared.visible", "sh-1", "k1")
-	snap, err := d2.LoadThread(c.ctx, th.id)
+	snap, err := d2.LoadThread(c.ctx, th.ID)
 	if err != nil || snap.Thread.Version != 1 {
 		c.Fatalf("shared.visible", "the second instance sees version %d, %v; want 1", snap.Thread.Version, err)
 	}
-	if _, err := d2.GetIdempotency(c.ctx, th.id, "k1"); err != nil {
+	if _, err := d2.GetIdempotency(c.ctx, th.ID, "k1"); err != nil {
 		c.Fatalf("shared.visible", "the second instance does not see the key: %v", err)
 	}
 	// Racing commits on one version from both instances: one wins.
@@ -303,8 +303,9 @@ func testShared(c *C) {
 		wg.Go(func() {
 			d := []driver.Driver{d1, d2}[i%2]
 			th2 := *th
-			r := th2.run(fmt.Sprintf("sh-w%d", i))
-			b := th2.batch(append(slices.Clone(th.open), r.ID), []record.Run{r}, []record.Message{th2.msg(r.ID+"-in", r.ID)}, nil)
+			th2.Builder = th.Fork()
+			r := th2.Run(fmt.Sprintf("sh-w%d", i))
+			b := th2.Batch(append(slices.Clone(th.Open), r.ID), []record.Run{r}, []record.Message{th2.Msg(r.ID+"-in", r.ID)}, nil)
 			b.CommitID = fmt.Sprintf("sh-c%d", i)
 			b.Thread.LastCommitID = b.CommitID
 			_, errs[i] = d.Commit(context.WithoutCancel(c.ctx), b)

@@ -2,62 +2,25 @@ package conformance
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
-	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/sdk/storedriver"
+	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
-
-// thread builds batches for one thread as a host would, tracking its
-// version, open runs and history position.
+// thread commits the batches a Builder makes for one thread, as a host
+// would, and fails the case when one that must succeed does not.
 type thread struct {
-	c       *C
-	d       driver.Driver
-	id      string
-	version int64
-	nextSeq int64
-	runSeq  int64
-	open    []string
-	commits int
+	*storedrivertest.Builder
+	c *C
+	d driver.Driver
 }
 
 func (c *C) thread(d driver.Driver, id string) *thread {
-	return &thread{c: c, d: d, id: id, nextSeq: 1, runSeq: 1}
-}
-
-func (th *thread) run(id string) record.Run {
-	r := record.Run{ID: id, ThreadID: th.id, Seq: th.runSeq, State: record.StateQueued, Attempt: 1,
-		AssistantMessageID: id + "-answer", InputMessageIDs: []string{id + "-in"}, CreatedAt: t0}
-	th.runSeq++
-	return r
-}
-
-func (th *thread) msg(id, runID string) record.Message {
-	m := record.Message{ID: id, ThreadID: th.id, RunID: runID, Seq: th.nextSeq, Role: record.RoleUser,
-		Content: "content of " + id, Metadata: map[string]string{"k": id}, CreatedAt: t0}
-	th.nextSeq++
-	return m
-}
-
-func (th *thread) key(key, runID, msgID string) record.Idempotency {
-	return record.Idempotency{ThreadID: th.id, Key: key, RunID: runID, InputMessageID: msgID, ContentHash: "h-" + key, CreatedAt: t0}
-}
-
-func (th *thread) batch(open []string, runs []record.Run, msgs []record.Message, keys []record.Idempotency) driver.Batch {
-	th.commits++
-	cid := fmt.Sprintf("%s-commit-%d", th.id, th.commits)
-	return driver.Batch{
-		CommitID: cid, ThreadID: th.id, ExpectedVersion: th.version,
-		Thread: record.Thread{ID: th.id, Version: th.version + 1, NextRunSeq: th.runSeq, NextMessageSeq: th.nextSeq,
-			OpenRunIDs: slices.Clone(open), LastCommitID: cid, UpdatedAt: t0.Add(time.Duration(th.commits) * time.Second)},
-		Runs: runs, Messages: msgs, Idempotency: keys,
-	}
+	return &thread{Builder: storedrivertest.NewBuilder(id), c: c, d: d}
 }
 
 // commit commits b, which must succeed; a failure is rule's.
@@ -69,19 +32,18 @@ func (th *thread) commit(rule string, b driver.Batch) {
 	if v != b.Thread.Version {
 		th.c.Fatalf(rule, "commit %s returned version %d, want %d", b.CommitID, v, b.Thread.Version)
 	}
-	th.version = v
-	th.open = slices.Clone(b.Thread.OpenRunIDs)
+	th.Committed(b)
 }
 
 // admit commits a new queued run, its input and, if key is set, its key.
 func (th *thread) admit(rule, runID, key string) record.Run {
-	r := th.run(runID)
-	m := th.msg(runID+"-in", runID)
+	r := th.Run(runID)
+	m := th.Msg(runID+"-in", runID)
 	var keys []record.Idempotency
 	if key != "" {
-		keys = []record.Idempotency{th.key(key, runID, m.ID)}
+		keys = []record.Idempotency{th.Key(key, runID, m.ID)}
 	}
-	th.commit(rule, th.batch(append(slices.Clone(th.open), runID), []record.Run{r}, []record.Message{m}, keys))
+	th.commit(rule, th.Batch(append(slices.Clone(th.Open), runID), []record.Run{r}, []record.Message{m}, keys))
 	return r
 }
 

@@ -53,52 +53,18 @@ func Run(t *testing.T, open Open) {
 	}
 }
 
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+var t0 = T0
 
-// thread builds batches for one thread, tracking the version, the open runs
-// and the history position as a host would.
+// thread commits the batches a Builder makes for one thread, and fails the
+// test when one that must succeed does not.
 type thread struct {
-	t       *testing.T
-	d       driver.Driver
-	id      string
-	version int64
-	nextSeq int64 // next message seq
-	runSeq  int64
-	open    []string
-	commits int
+	*Builder
+	t *testing.T
+	d driver.Driver
 }
 
 func newThread(t *testing.T, d driver.Driver, id string) *thread {
-	return &thread{t: t, d: d, id: id, nextSeq: 1, runSeq: 1}
-}
-
-// run returns a queued run of the thread.
-func (th *thread) run(id string) record.Run {
-	r := record.Run{ID: id, ThreadID: th.id, Seq: th.runSeq, State: record.StateQueued, Attempt: 1,
-		AssistantMessageID: id + "-answer", InputMessageIDs: []string{id + "-in"}, CreatedAt: t0}
-	th.runSeq++
-	return r
-}
-
-// msg returns the thread's next user message.
-func (th *thread) msg(id, runID string) record.Message {
-	m := record.Message{ID: id, ThreadID: th.id, RunID: runID, Seq: th.nextSeq, Role: record.RoleUser,
-		Content: "content of " + id, Metadata: map[string]string{"k": id}, CreatedAt: t0}
-	th.nextSeq++
-	return m
-}
-
-// batch returns a batch at the thread's current version. open is the new
-// list of open runs.
-func (th *thread) batch(open []string, runs []record.Run, msgs []record.Message, keys []record.Idempotency) driver.Batch {
-	th.commits++
-	cid := fmt.Sprintf("%s-commit-%d", th.id, th.commits)
-	return driver.Batch{
-		CommitID: cid, ThreadID: th.id, ExpectedVersion: th.version,
-		Thread: record.Thread{ID: th.id, Version: th.version + 1, NextRunSeq: th.runSeq, NextMessageSeq: th.nextSeq,
-			OpenRunIDs: open, LastCommitID: cid, UpdatedAt: t0.Add(time.Duration(th.commits) * time.Second)},
-		Runs: runs, Messages: msgs, Idempotency: keys,
-	}
+	return &thread{Builder: NewBuilder(id), t: t, d: d}
 }
 
 // commit commits b and expects success.
@@ -111,21 +77,20 @@ func (th *thread) commit(b driver.Batch) {
 	if v != b.Thread.Version {
 		th.t.Fatalf("commit %s returned version %d, want %d", b.CommitID, v, b.Thread.Version)
 	}
-	th.version = v
-	th.open = b.Thread.OpenRunIDs
+	th.Committed(b)
 }
 
 // admit commits a new queued run with its input message and, if key is not
 // empty, an idempotency record.
 func (th *thread) admit(runID, key string) (record.Run, record.Message) {
 	th.t.Helper()
-	r := th.run(runID)
-	m := th.msg(runID+"-in", runID)
+	r := th.Run(runID)
+	m := th.Msg(runID+"-in", runID)
 	var keys []record.Idempotency
 	if key != "" {
-		keys = []record.Idempotency{{ThreadID: th.id, Key: key, RunID: runID, InputMessageID: m.ID, ContentHash: "h-" + key, CreatedAt: t0}}
+		keys = []record.Idempotency{th.Key(key, runID, m.ID)}
 	}
-	th.commit(th.batch(append(slices.Clone(th.open), runID), []record.Run{r}, []record.Message{m}, keys))
+	th.commit(th.Batch(append(slices.Clone(th.Open), runID), []record.Run{r}, []record.Message{m}, keys))
 	return r, m
 }
 
@@ -182,16 +147,16 @@ func testEmptyThread(t *testing.T, d driver.Driver) {
 func testCommitAndRead(t *testing.T, d driver.Driver) {
 	ctx := context.Background()
 	th := newThread(t, d, "thread-a")
-	r1 := th.run("run-1")
-	r2 := th.run("run-2")
-	m1 := th.msg("msg-1", r1.ID)
-	m2 := th.msg("msg-2", r2.ID)
+	r1 := th.Run("run-1")
+	r2 := th.Run("run-2")
+	m1 := th.Msg("msg-1", r1.ID)
+	m2 := th.Msg("msg-2", r2.ID)
 	m2.Role, m2.ToolCalls, m2.Hint = record.RoleAssistant, []record.ToolCall{{ID: "call-1", Name: "search", Arguments: `{"q":"x"}`}}, "hint"
-	k := record.Idempotency{ThreadID: th.id, Key: "key-1", RunID: r1.ID, InputMessageID: m1.ID, ContentHash: "abc", CreatedAt: t0}
-	b := th.batch([]string{r2.ID, r1.ID}, []record.Run{r1, r2}, []record.Message{m1, m2}, []record.Idempotency{k})
+	k := record.Idempotency{ThreadID: th.ID, Key: "key-1", RunID: r1.ID, InputMessageID: m1.ID, ContentHash: "abc", CreatedAt: t0}
+	b := th.Batch([]string{r2.ID, r1.ID}, []record.Run{r1, r2}, []record.Message{m1, m2}, []record.Idempotency{k})
 	th.commit(b)
 
-	snap, err := d.LoadThread(ctx, th.id)
+	snap, err := d.LoadThread(ctx, th.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,19 +170,19 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 	if err != nil || !equalRuns(runs, []record.Run{r2, r1, r2}) {
 		t.Fatalf("GetRuns = %+v, %v", runs, err)
 	}
-	got, err := d.GetIdempotency(ctx, th.id, k.Key)
+	got, err := d.GetIdempotency(ctx, th.ID, k.Key)
 	if err != nil || storedriver.NormalizeIdempotency(got) != storedriver.NormalizeIdempotency(k) {
 		t.Fatalf("GetIdempotency = %+v, %v; want %+v", got, err, k)
 	}
-	msgs, err := d.ReadHistory(ctx, th.id, 0, 10)
+	msgs, err := d.ReadHistory(ctx, th.ID, 0, 10)
 	if err != nil || !equalMessages(msgs, []record.Message{m1, m2}) {
 		t.Fatalf("ReadHistory = %+v, %v", msgs, err)
 	}
 
 	// A second commit replaces a run and closes it.
 	r1.State, r1.TerminalReason, r1.EndSeq, r1.EndedAt = record.StateCompleted, record.ReasonCompleted, 2, t0.Add(time.Minute)
-	th.commit(th.batch([]string{r2.ID}, []record.Run{r1}, nil, nil))
-	snap, err = d.LoadThread(ctx, th.id)
+	th.commit(th.Batch([]string{r2.ID}, []record.Run{r1}, nil, nil))
+	snap, err = d.LoadThread(ctx, th.ID)
 	if err != nil || snap.Thread.Version != 2 || !equalRuns(snap.Runs, []record.Run{r2}) {
 		t.Fatalf("after the second commit LoadThread = %+v, %v", snap, err)
 	}
@@ -270,13 +235,14 @@ func testVersionConflict(t *testing.T, d driver.Driver) {
 
 	for _, expected := range []int64{0, 2, 7} {
 		th2 := *th
-		th2.version = expected
-		r := th2.run("run-x")
-		b := th2.batch([]string{"run-1", "run-x"}, []record.Run{r}, []record.Message{th2.msg("msg-x", "run-x")}, nil)
+		th2.Builder = th.Fork()
+		th2.Version = expected
+		r := th2.Run("run-x")
+		b := th2.Batch([]string{"run-1", "run-x"}, []record.Run{r}, []record.Message{th2.Msg("msg-x", "run-x")}, nil)
 		_, err := d.Commit(ctx, b)
 		wantErr(t, fmt.Sprintf("commit expecting version %d of a thread at 1", expected), err, driver.ErrVersionConflict)
 	}
-	expectUntouched(t, d, th.id, 1, 1, "run-x")
+	expectUntouched(t, d, th.ID, 1, 1, "run-x")
 	// The right version still commits.
 	th.admit("run-2", "")
 }
@@ -289,20 +255,21 @@ func testAtomicity(t *testing.T, d driver.Driver) {
 	try := func(what string, want error, mutate func(b *driver.Batch)) {
 		t.Helper()
 		th2 := *th
-		r := th2.run("run-bad")
-		m := th2.msg("msg-bad", r.ID)
-		k := record.Idempotency{ThreadID: th.id, Key: "key-bad", RunID: r.ID, InputMessageID: m.ID, CreatedAt: t0}
-		b := th2.batch([]string{"run-1", r.ID}, []record.Run{r}, []record.Message{m}, []record.Idempotency{k})
+		th2.Builder = th.Fork()
+		r := th2.Run("run-bad")
+		m := th2.Msg("msg-bad", r.ID)
+		k := record.Idempotency{ThreadID: th.ID, Key: "key-bad", RunID: r.ID, InputMessageID: m.ID, CreatedAt: t0}
+		b := th2.Batch([]string{"run-1", r.ID}, []record.Run{r}, []record.Message{m}, []record.Idempotency{k})
 		mutate(&b)
 		_, err := d.Commit(ctx, b)
 		wantErr(t, what, err, want)
-		expectUntouched(t, d, th.id, 1, 1, "run-bad")
-		if _, err := d.GetIdempotency(ctx, th.id, "key-bad"); !errors.Is(err, driver.ErrNotFound) {
+		expectUntouched(t, d, th.ID, 1, 1, "run-bad")
+		if _, err := d.GetIdempotency(ctx, th.ID, "key-bad"); !errors.Is(err, driver.ErrNotFound) {
 			t.Fatalf("%s: the refused batch's key: got %v, want ErrNotFound", what, err)
 		}
 	}
 	try("existing idempotency key", driver.ErrVersionConflict, func(b *driver.Batch) {
-		b.Idempotency = append(b.Idempotency, record.Idempotency{ThreadID: th.id, Key: "key-1", RunID: "run-bad", InputMessageID: "msg-bad"})
+		b.Idempotency = append(b.Idempotency, record.Idempotency{ThreadID: th.ID, Key: "key-1", RunID: "run-bad", InputMessageID: "msg-bad"})
 	})
 	try("existing message id", driver.ErrInvalidArgument, func(b *driver.Batch) {
 		dup := b.Messages[0]
@@ -338,21 +305,22 @@ func testIdempotencyUnique(t *testing.T, d driver.Driver) {
 	th.admit("run-1", "key")
 	// The same key again, at the right version: refused as a conflict.
 	th2 := *th
-	r := th2.run("run-2")
-	m := th2.msg("msg-2", r.ID)
-	b := th2.batch([]string{"run-1", "run-2"}, []record.Run{r}, []record.Message{m},
-		[]record.Idempotency{{ThreadID: th.id, Key: "key", RunID: r.ID, InputMessageID: m.ID}})
+	th2.Builder = th.Fork()
+	r := th2.Run("run-2")
+	m := th2.Msg("msg-2", r.ID)
+	b := th2.Batch([]string{"run-1", "run-2"}, []record.Run{r}, []record.Message{m},
+		[]record.Idempotency{{ThreadID: th.ID, Key: "key", RunID: r.ID, InputMessageID: m.ID}})
 	_, err := d.Commit(ctx, b)
 	wantErr(t, "second commit of a key", err, driver.ErrVersionConflict)
-	expectUntouched(t, d, th.id, 1, 1, "run-2")
-	k, err := d.GetIdempotency(ctx, th.id, "key")
+	expectUntouched(t, d, th.ID, 1, 1, "run-2")
+	k, err := d.GetIdempotency(ctx, th.ID, "key")
 	if err != nil || k.RunID != "run-1" {
 		t.Fatalf("the key: %+v, %v; want the first admission", k, err)
 	}
 	// The same key on another thread is another key.
 	other := newThread(t, d, "thread-idem-2")
 	other.admit("run-3", "key")
-	if _, err := d.GetIdempotency(ctx, th.id, "other"); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := d.GetIdempotency(ctx, th.ID, "other"); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("unknown key: %v, want ErrNotFound", err)
 	}
 
@@ -364,10 +332,10 @@ func testIdempotencyUnique(t *testing.T, d driver.Driver) {
 		wg.Go(func() {
 			th := newThread(t, d, "thread-idem-race")
 			id := fmt.Sprintf("run-race-%d", i)
-			r := th.run(id)
-			m := th.msg(id+"-in", id)
-			b := th.batch([]string{id}, []record.Run{r}, []record.Message{m},
-				[]record.Idempotency{{ThreadID: th.id, Key: "race", RunID: id, InputMessageID: m.ID}})
+			r := th.Run(id)
+			m := th.Msg(id+"-in", id)
+			b := th.Batch([]string{id}, []record.Run{r}, []record.Message{m},
+				[]record.Idempotency{{ThreadID: th.ID, Key: "race", RunID: id, InputMessageID: m.ID}})
 			b.CommitID = fmt.Sprintf("race-%d", i)
 			b.Thread.LastCommitID = b.CommitID
 			_, errs[i] = d.Commit(ctx, b)
@@ -447,11 +415,11 @@ func testHistoryPaging(t *testing.T, d driver.Driver) {
 	for c := 0; c < 5; c++ {
 		var msgs []record.Message
 		for i := 0; i < 5; i++ {
-			m := th.msg(fmt.Sprintf("m-%d-%d", c, i), "run")
-			th.nextSeq += int64(c) // gaps in seq are allowed
+			m := th.Msg(fmt.Sprintf("m-%d-%d", c, i), "run")
+			th.NextSeq += int64(c) // gaps in seq are allowed
 			msgs = append(msgs, m)
 		}
-		th.commit(th.batch(nil, nil, msgs, nil))
+		th.commit(th.Batch(nil, nil, msgs, nil))
 		want = append(want, msgs...)
 	}
 	// Another thread interleaved must not show up.
@@ -462,7 +430,7 @@ func testHistoryPaging(t *testing.T, d driver.Driver) {
 		var got []record.Message
 		after := int64(0)
 		for {
-			page, err := d.ReadHistory(ctx, th.id, after, limit)
+			page, err := d.ReadHistory(ctx, th.ID, after, limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -485,7 +453,7 @@ func testHistoryPaging(t *testing.T, d driver.Driver) {
 		}
 	}
 	// Starting in a gap.
-	page, err := d.ReadHistory(ctx, th.id, want[7].Seq+1, 1)
+	page, err := d.ReadHistory(ctx, th.ID, want[7].Seq+1, 1)
 	if err != nil || len(page) != 1 || page[0].ID != want[8].ID {
 		t.Fatalf("ReadHistory from inside a gap = %+v, %v; want %s", page, err, want[8].ID)
 	}
@@ -512,13 +480,13 @@ func testListRunsByState(t *testing.T, d driver.Driver) {
 		id := func(j int) string { return fmt.Sprintf("run-%d-%d", j, i) }
 		r0 := runs[id(0)]
 		r0.State, r0.Owner = record.StateActive, "host-1"
-		th.commit(th.batch(th.open, []record.Run{r0}, nil, nil))
+		th.commit(th.Batch(th.Open, []record.Run{r0}, nil, nil))
 		r0.State, r0.TerminalReason = record.StateCompleted, record.ReasonCompleted
 		r1 := runs[id(1)]
 		r1.State, r1.Owner = record.StateActive, "host-1"
 		r2 := runs[id(2)]
 		r2.State, r2.TerminalReason = record.StateInterrupted, record.ReasonCanceled
-		th.commit(th.batch([]string{id(1), id(3)}, []record.Run{r0, r1, r2}, nil, nil))
+		th.commit(th.Batch([]string{id(1), id(3)}, []record.Run{r0, r1, r2}, nil, nil))
 		for _, r := range []record.Run{r0, r1, r2, runs[id(3)]} {
 			runs[r.ID] = r
 			want[r.State] = append(want[r.State], r.ID)
@@ -562,7 +530,7 @@ func testListRunsByState(t *testing.T, d driver.Driver) {
 		t.Fatalf("ListRuns after a non-id cursor = %v, %v", page, err)
 	}
 	// LoadThread returns the open runs as they are now.
-	snap, err := d.LoadThread(ctx, ths[0].id)
+	snap, err := d.LoadThread(ctx, ths[0].ID)
 	if err != nil || len(snap.Runs) != 2 || snap.Runs[0].State != record.StateActive || snap.Runs[1].State != record.StateQueued {
 		t.Fatalf("LoadThread after transitions = %+v, %v", snap, err)
 	}
@@ -576,7 +544,7 @@ func testInvalidArguments(t *testing.T, d driver.Driver) {
 	wantErr(t, "LoadThread of an empty id", err, driver.ErrInvalidArgument)
 	_, err = d.ReadHistory(ctx, "", 0, 10)
 	wantErr(t, "ReadHistory of an empty id", err, driver.ErrInvalidArgument)
-	_, err = d.ReadHistory(ctx, th.id, 0, 0)
+	_, err = d.ReadHistory(ctx, th.ID, 0, 0)
 	wantErr(t, "ReadHistory with limit 0", err, driver.ErrInvalidArgument)
 	_, err = d.ListRuns(ctx, "sleeping", "", 10)
 	wantErr(t, "ListRuns of an unknown state", err, driver.ErrInvalidArgument)
@@ -584,7 +552,7 @@ func testInvalidArguments(t *testing.T, d driver.Driver) {
 	wantErr(t, "ListRuns with limit 0", err, driver.ErrInvalidArgument)
 	_, err = d.GetIdempotency(ctx, "", "key")
 	wantErr(t, "GetIdempotency without a thread", err, driver.ErrInvalidArgument)
-	_, err = d.GetIdempotency(ctx, th.id, "")
+	_, err = d.GetIdempotency(ctx, th.ID, "")
 	wantErr(t, "GetIdempotency without a key", err, driver.ErrInvalidArgument)
 	_, err = d.GetIdempotency(ctx, "thread-unknown", "key")
 	wantErr(t, "GetIdempotency on an unknown thread", err, driver.ErrNotFound)
@@ -592,11 +560,11 @@ func testInvalidArguments(t *testing.T, d driver.Driver) {
 	wantErr(t, "GetRuns with an unknown id", err, driver.ErrNotFound)
 	_, err = d.Commit(ctx, driver.Batch{})
 	wantErr(t, "empty batch", err, driver.ErrInvalidArgument)
-	b := th.batch([]string{"run-1"}, nil, nil, nil)
+	b := th.Batch([]string{"run-1"}, nil, nil, nil)
 	b.Thread.ID = "thread-unknown"
 	_, err = d.Commit(ctx, b)
 	wantErr(t, "header of another thread", err, driver.ErrInvalidArgument)
-	expectUntouched(t, d, th.id, 1, 1)
+	expectUntouched(t, d, th.ID, 1, 1)
 	expectUntouched(t, d, "thread-unknown", 0, 0)
 	// Still serving.
 	th.admit("run-2", "")
@@ -609,9 +577,9 @@ func testClose(t *testing.T, d driver.Driver) {
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err := d.LoadThread(ctx, th.id)
+	_, err := d.LoadThread(ctx, th.ID)
 	wantErr(t, "LoadThread after Close", err, driver.ErrClosed)
-	_, err = d.Commit(ctx, th.batch(nil, nil, nil, nil))
+	_, err = d.Commit(ctx, th.Batch(nil, nil, nil, nil))
 	wantErr(t, "Commit after Close", err, driver.ErrClosed)
 	_, err = d.ListRuns(ctx, record.StateQueued, "", 1)
 	wantErr(t, "ListRuns after Close", err, driver.ErrClosed)
