@@ -17,6 +17,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/internal/invariant"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
@@ -348,94 +349,35 @@ func (s *sim) allRuns() ([]record.Run, error) {
 
 func (s *sim) check(when string) {
 	t := s.t
-	ctx := context.Background()
-	all, err := s.allRuns()
+	st, err := invariant.Load(context.Background(), s.rt.Store(), s.threads)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := map[string]record.Run{}
-	for _, r := range all {
-		runs[r.ID] = r
+	if err := invariant.Check(st); err != nil {
+		t.Fatalf("%s: %v", when, err)
 	}
-	msgs := map[string]record.Message{}
-	for _, th := range s.threads {
-		ms, err := s.rt.Store().Messages(ctx, th)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			msgs[m.ID] = m
-		}
-		trs, err := s.rt.ThreadRuns(ctx, th)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// I6: at most one active run per thread; started runs end in seq order.
-		active := 0
-		var ended []record.Run
-		for _, r := range trs {
-			if r.State == record.StateActive {
-				active++
-			}
-			if runstate.IsTerminal(r.State) && r.TerminalReason != record.ReasonAbsorbed && r.TerminalReason != record.ReasonCanceled {
-				ended = append(ended, r)
-			}
-		}
-		if active > 1 {
-			t.Fatalf("I6 %s: thread %s has %d active runs", when, th, active)
-		}
-		for i := 1; i < len(ended); i++ {
-			if ended[i].EndSeq < ended[i-1].EndSeq {
-				t.Fatalf("I6 %s: %s (seq %d) ended before %s (seq %d)", when, ended[i].ID, ended[i].Seq, ended[i-1].ID, ended[i-1].Seq)
-			}
-		}
-	}
+	runs, msgs := st.Runs, st.Messages
 	for _, r := range runs {
-		switch {
-		case r.State == record.StateSuperseded:
-			// I2, I3, I7: absorbed into a completed run holding all its
-			// inputs, in the same commit, with no answer of its own.
-			into, ok := runs[r.AbsorbedIntoRunID]
-			if r.TerminalReason != record.ReasonAbsorbed || !ok || into.State != record.StateCompleted || into.EndSeq != r.EndSeq {
-				t.Fatalf("I2 %s: %+v absorbed into %+v", when, r, into)
-			}
-			for _, in := range r.InputMessageIDs {
-				if !slices.Contains(into.InputMessageIDs, in) {
-					t.Fatalf("I2 %s: %s's input %s is not among %s's", when, r.ID, in, into.ID)
+		if r.State != record.StateCompleted {
+			continue
+		}
+		// I5: the echo answer names only the run's own inputs, inputs it
+		// took, and inputs of runs that ended before it.
+		ans := msgs[r.AssistantMessageID]
+		allowed := map[string]bool{}
+		for _, id := range append(slices.Clone(r.InputMessageIDs), s.taken[r.ID]...) {
+			allowed[msgs[id].Content] = true
+		}
+		for _, o := range runs {
+			if o.ThreadID == r.ThreadID && runstate.IsTerminal(o.State) && o.EndSeq < r.EndSeq && o.TerminalReason != record.ReasonCanceled {
+				for _, id := range o.InputMessageIDs {
+					allowed[msgs[id].Content] = true
 				}
 			}
-			if _, ok := msgs[r.AssistantMessageID]; ok {
-				t.Fatalf("I2 %s: absorbed run %s has an assistant message", when, r.ID)
-			}
-		case r.State == record.StateCompleted:
-			// I5: the echo answer names only the run's own inputs, inputs it
-			// took, and inputs of runs that ended before it.
-			ans, ok := msgs[r.AssistantMessageID]
-			if !ok {
-				t.Fatalf("completed run %s has no answer", r.ID)
-			}
-			allowed := map[string]bool{}
-			for _, id := range append(slices.Clone(r.InputMessageIDs), s.taken[r.ID]...) {
-				allowed[msgs[id].Content] = true
-			}
-			for _, o := range runs {
-				if o.ThreadID == r.ThreadID && runstate.IsTerminal(o.State) && o.EndSeq < r.EndSeq && o.TerminalReason != record.ReasonCanceled {
-					for _, id := range o.InputMessageIDs {
-						allowed[msgs[id].Content] = true
-					}
-				}
-			}
-			for _, part := range strings.Split(ans.Content, " | ") {
-				if !allowed[part] {
-					t.Fatalf("I5 %s: run %s answered %q: %q was neither its input, taken, nor earlier history", when, r.ID, ans.Content, part)
-				}
-			}
-		case runstate.IsTerminal(r.State):
-			if r.TerminalReason == "" {
-				t.Fatalf("I1 %s: run %s is %s without a reason", when, r.ID, r.State)
-			}
-			if _, ok := msgs[r.AssistantMessageID]; ok {
-				t.Fatalf("%s: run %s ended %s with an answer", when, r.ID, r.TerminalReason)
+		}
+		for _, part := range strings.Split(ans.Content, " | ") {
+			if !allowed[part] {
+				t.Fatalf("I5 %s: run %s answered %q: %q was neither its input, taken, nor earlier history", when, r.ID, ans.Content, part)
 			}
 		}
 	}

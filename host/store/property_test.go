@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/internal/invariant"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
@@ -195,78 +196,14 @@ func (m *model) crash(ctx context.Context, t *rapid.T) {
 }
 
 func (m *model) check(ctx context.Context, t *rapid.T) {
-	runs := map[string]record.Run{}
-	for _, st := range record.RunStates {
-		for r, err := range m.s.Runs(ctx, st) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.State != st {
-				t.Fatalf("ListRuns(%s) returned a %s run", st, r.State)
-			}
-			runs[r.ID] = r
-		}
+	st, err := invariant.Load(ctx, m.s, m.threads)
+	if err != nil {
+		t.Fatal(err)
 	}
-	answers := map[string]bool{}
-	for _, th := range m.threads {
-		msgs, err := m.s.Messages(ctx, th)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, msg := range msgs {
-			answers[msg.ID] = true
-		}
-		// I6: at most one active run per thread; started runs end in seq order.
-		trs, err := m.s.ThreadRuns(ctx, th)
-		if err != nil {
-			t.Fatal(err)
-		}
-		active := 0
-		var ended []record.Run
-		for _, r := range trs {
-			if r.State == record.StateActive {
-				active++
-			}
-			if runstate.IsTerminal(r.State) && r.TerminalReason != record.ReasonAbsorbed && r.TerminalReason != record.ReasonCanceled {
-				ended = append(ended, r)
-			}
-		}
-		if active > 1 {
-			t.Fatalf("I6: thread %s has %d active runs", th, active)
-		}
-		for i := 1; i < len(ended); i++ {
-			if ended[i].EndSeq < ended[i-1].EndSeq {
-				t.Fatalf("I6: on %s run %s (seq %d) ended before %s (seq %d)", th, ended[i].ID, ended[i].Seq, ended[i-1].ID, ended[i-1].Seq)
-			}
-		}
+	if err := invariant.Check(st); err != nil {
+		t.Fatal(err)
 	}
-	for _, r := range runs {
-		switch {
-		case r.State == record.StateSuperseded:
-			// I2 and I3: absorbed into a completed run holding all its inputs,
-			// in the same commit, with no assistant message of its own.
-			into, ok := runs[r.AbsorbedIntoRunID]
-			if r.TerminalReason != record.ReasonAbsorbed || !ok || into.State != record.StateCompleted {
-				t.Fatalf("I2: superseded run %+v absorbed into %+v", r, into)
-			}
-			for _, in := range r.InputMessageIDs {
-				if !slices.Contains(into.InputMessageIDs, in) {
-					t.Fatalf("I2: %s's input %s is not among %s's inputs", r.ID, in, into.ID)
-				}
-			}
-			if answers[r.AssistantMessageID] || r.AnswerSeq != 0 || into.EndSeq != r.EndSeq {
-				t.Fatalf("I2: absorbed run %s has an answer, or ended apart from %s", r.ID, into.ID)
-			}
-		case r.State == record.StateCompleted:
-			if !answers[r.AssistantMessageID] {
-				t.Fatalf("completed run %s has no answer", r.ID)
-			}
-		case runstate.IsTerminal(r.State):
-			if r.TerminalReason == "" || answers[r.AssistantMessageID] {
-				t.Fatalf("run %s ended %s without a reason, or with an answer", r.ID, r.State)
-			}
-		}
-	}
+	runs := st.Runs
 	for id, acc := range m.accepted {
 		// I1: the input is held by its run, which answered it, or is
 		// durably queued or recoverable, or ended with a reason.
