@@ -74,6 +74,9 @@ type Info struct {
 	// Durable claims that a commit acknowledged by the driver survives the
 	// driver process being killed (kill -9) and relaunched on the same data.
 	Durable bool
+	// Leases claims that the driver implements Leaser: several hosts may
+	// share its data, each commit of an executing host fenced by its lease.
+	Leases bool
 }
 
 // ThreadSnapshot is a thread's header with its open runs.
@@ -101,6 +104,11 @@ type Batch struct {
 	// Idempotency records are inserted; one whose (ThreadID, Key) exists is
 	// ErrVersionConflict (a concurrent admission won the key).
 	Idempotency []record.Idempotency
+	// Fence, when not 0, is the lease epoch of the committing host: the
+	// commit is applied only under the rules of Leaser (the lease is live and
+	// the thread is not owned by another live lease). A driver without
+	// leases refuses a fenced batch with ErrInvalidArgument.
+	Fence int64
 }
 
 // ProtocolVersion is the store protocol version this package describes.

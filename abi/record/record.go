@@ -67,7 +67,11 @@ type Thread struct {
 	// LastCommitID is the id of the batch that wrote this version, so a host
 	// whose commit reply was lost can tell by reading whether it was applied.
 	LastCommitID string
-	UpdatedAt    time.Time
+	// Owner is the lease epoch of the host that executes the thread's runs
+	// when several hosts share the store (0: none). Only fenced commits
+	// change it; see the driver package's Leaser.
+	Owner     int64
+	UpdatedAt time.Time
 }
 
 // Run is one attempt to answer one or more inputs of a thread.

@@ -43,8 +43,10 @@ type Thread struct {
 	OpenRunIds     []string               `protobuf:"bytes,5,rep,name=open_run_ids,json=openRunIds,proto3" json:"open_run_ids,omitempty"`
 	LastCommitId   string                 `protobuf:"bytes,6,opt,name=last_commit_id,json=lastCommitId,proto3" json:"last_commit_id,omitempty"`
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The lease epoch that owns the thread (0: none); see driver.Leaser.
+	Owner         int64 `protobuf:"varint,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Thread) Reset() {
@@ -124,6 +126,13 @@ func (x *Thread) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Thread) GetOwner() int64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
 }
 
 type Run struct {
@@ -567,8 +576,10 @@ type Batch struct {
 	Runs            []*Run                 `protobuf:"bytes,5,rep,name=runs,proto3" json:"runs,omitempty"`
 	Messages        []*Message             `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
 	Idempotency     []*Idempotency         `protobuf:"bytes,7,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The committing host's lease epoch (0: unfenced); see driver.Leaser.
+	Fence         int64 `protobuf:"varint,8,opt,name=fence,proto3" json:"fence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -648,6 +659,13 @@ func (x *Batch) GetIdempotency() []*Idempotency {
 		return x.Idempotency
 	}
 	return nil
+}
+
+func (x *Batch) GetFence() int64 {
+	if x != nil {
+		return x.Fence
+	}
+	return 0
 }
 
 type OpenRequest struct {
@@ -773,6 +791,7 @@ type InfoResponse struct {
 	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Version         string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	Durable         bool                   `protobuf:"varint,4,opt,name=durable,proto3" json:"durable,omitempty"`
+	Leases          bool                   `protobuf:"varint,5,opt,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -831,6 +850,13 @@ func (x *InfoResponse) GetVersion() string {
 func (x *InfoResponse) GetDurable() bool {
 	if x != nil {
 		return x.Durable
+	}
+	return false
+}
+
+func (x *InfoResponse) GetLeases() bool {
+	if x != nil {
+		return x.Leases
 	}
 	return false
 }
@@ -1642,11 +1668,519 @@ func (*CloseResponse) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
+type Lease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	Now           *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=now,proto3" json:"now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_store_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Lease) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Lease) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Lease) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *Lease) GetNow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Now
+	}
+	return nil
+}
+
+type AcquireLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireLeaseRequest) Reset() {
+	*x = AcquireLeaseRequest{}
+	mi := &file_store_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireLeaseRequest) ProtoMessage() {}
+
+func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
+func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AcquireLeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type RenewLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLeaseRequest) Reset() {
+	*x = RenewLeaseRequest{}
+	mi := &file_store_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLeaseRequest) ProtoMessage() {}
+
+func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
+func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RenewLeaseRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RenewLeaseRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_store_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LeaseResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type ReleaseLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeaseRequest) Reset() {
+	*x = ReleaseLeaseRequest{}
+	mi := &file_store_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeaseRequest) ProtoMessage() {}
+
+func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReleaseLeaseRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type ReleaseLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeaseResponse) Reset() {
+	*x = ReleaseLeaseResponse{}
+	mi := &file_store_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeaseResponse) ProtoMessage() {}
+
+func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{32}
+}
+
+type LeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesRequest) Reset() {
+	*x = LeasesRequest{}
+	mi := &file_store_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesRequest) ProtoMessage() {}
+
+func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
+func (*LeasesRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{33}
+}
+
+type LeasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leases        []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesResponse) Reset() {
+	*x = LeasesResponse{}
+	mi := &file_store_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesResponse) ProtoMessage() {}
+
+func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
+func (*LeasesResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *LeasesResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type Notice struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ThreadId       string                 `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	Owner          int64                  `protobuf:"varint,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	InterruptRunId string                 `protobuf:"bytes,3,opt,name=interrupt_run_id,json=interruptRunId,proto3" json:"interrupt_run_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Notice) Reset() {
+	*x = Notice{}
+	mi := &file_store_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notice) ProtoMessage() {}
+
+func (x *Notice) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notice.ProtoReflect.Descriptor instead.
+func (*Notice) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Notice) GetThreadId() string {
+	if x != nil {
+		return x.ThreadId
+	}
+	return ""
+}
+
+func (x *Notice) GetOwner() int64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *Notice) GetInterruptRunId() string {
+	if x != nil {
+		return x.InterruptRunId
+	}
+	return ""
+}
+
+type NotifyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyResponse) Reset() {
+	*x = NotifyResponse{}
+	mi := &file_store_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyResponse) ProtoMessage() {}
+
+func (x *NotifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyResponse.ProtoReflect.Descriptor instead.
+func (*NotifyResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{36}
+}
+
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_store_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{37}
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
 	"\n" +
-	"\vstore.proto\x12\x12agenthost.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x02\n" +
+	"\vstore.proto\x12\x12agenthost.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x02\n" +
 	"\x06Thread\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12 \n" +
@@ -1657,7 +2191,8 @@ const file_store_proto_rawDesc = "" +
 	"openRunIds\x12$\n" +
 	"\x0elast_commit_id\x18\x06 \x01(\tR\flastCommitId\x129\n" +
 	"\n" +
-	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xbd\x04\n" +
+	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x14\n" +
+	"\x05owner\x18\b \x01(\x03R\x05owner\"\xbd\x04\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x10\n" +
@@ -1709,7 +2244,7 @@ const file_store_proto_rawDesc = "" +
 	"\x10input_message_id\x18\x04 \x01(\tR\x0einputMessageId\x12!\n" +
 	"\fcontent_hash\x18\x05 \x01(\tR\vcontentHash\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc9\x02\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xdf\x02\n" +
 	"\x05Batch\x12\x1b\n" +
 	"\tcommit_id\x18\x01 \x01(\tR\bcommitId\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12)\n" +
@@ -1717,19 +2252,21 @@ const file_store_proto_rawDesc = "" +
 	"\x06thread\x18\x04 \x01(\v2\x1a.agenthost.store.v1.ThreadR\x06thread\x12+\n" +
 	"\x04runs\x18\x05 \x03(\v2\x17.agenthost.store.v1.RunR\x04runs\x127\n" +
 	"\bmessages\x18\x06 \x03(\v2\x1b.agenthost.store.v1.MessageR\bmessages\x12A\n" +
-	"\vidempotency\x18\a \x03(\v2\x1f.agenthost.store.v1.IdempotencyR\vidempotency\"\x8d\x01\n" +
+	"\vidempotency\x18\a \x03(\v2\x1f.agenthost.store.v1.IdempotencyR\vidempotency\x12\x14\n" +
+	"\x05fence\x18\b \x01(\x03R\x05fence\"\x8d\x01\n" +
 	"\vOpenRequest\x12C\n" +
 	"\x06config\x18\x01 \x03(\v2+.agenthost.store.v1.OpenRequest.ConfigEntryR\x06config\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0e\n" +
 	"\fOpenResponse\"\r\n" +
-	"\vInfoRequest\"\x81\x01\n" +
+	"\vInfoRequest\"\x99\x01\n" +
 	"\fInfoResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\x05R\x0fprotocolVersion\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12\x18\n" +
-	"\adurable\x18\x04 \x01(\bR\adurable\"0\n" +
+	"\adurable\x18\x04 \x01(\bR\adurable\x12\x16\n" +
+	"\x06leases\x18\x05 \x01(\bR\x06leases\"0\n" +
 	"\x11LoadThreadRequest\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\"u\n" +
 	"\x12LoadThreadResponse\x122\n" +
@@ -1770,7 +2307,33 @@ const file_store_proto_rawDesc = "" +
 	"\x10ListRunsResponse\x12+\n" +
 	"\x04runs\x18\x01 \x03(\v2\x17.agenthost.store.v1.RunR\x04runs\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
-	"\rCloseResponse2\xea\x06\n" +
+	"\rCloseResponse\"\x99\x01\n" +
+	"\x05Lease\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12,\n" +
+	"\x03now\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"D\n" +
+	"\x13AcquireLeaseRequest\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"@\n" +
+	"\x11RenewLeaseRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"@\n" +
+	"\rLeaseResponse\x12/\n" +
+	"\x05lease\x18\x01 \x01(\v2\x19.agenthost.store.v1.LeaseR\x05lease\"+\n" +
+	"\x13ReleaseLeaseRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\"\x16\n" +
+	"\x14ReleaseLeaseResponse\"\x0f\n" +
+	"\rLeasesRequest\"C\n" +
+	"\x0eLeasesResponse\x121\n" +
+	"\x06leases\x18\x01 \x03(\v2\x19.agenthost.store.v1.LeaseR\x06leases\"e\n" +
+	"\x06Notice\x12\x1b\n" +
+	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\x03R\x05owner\x12(\n" +
+	"\x10interrupt_run_id\x18\x03 \x01(\tR\x0einterruptRunId\"\x10\n" +
+	"\x0eNotifyResponse\"\x0e\n" +
+	"\fWatchRequest2\xe5\n" +
+	"\n" +
 	"\x05Store\x12I\n" +
 	"\x04Open\x12\x1f.agenthost.store.v1.OpenRequest\x1a .agenthost.store.v1.OpenResponse\x12I\n" +
 	"\x04Info\x12\x1f.agenthost.store.v1.InfoRequest\x1a .agenthost.store.v1.InfoResponse\x12[\n" +
@@ -1783,7 +2346,14 @@ const file_store_proto_rawDesc = "" +
 	"\x0eGetIdempotency\x12).agenthost.store.v1.GetIdempotencyRequest\x1a*.agenthost.store.v1.GetIdempotencyResponse\x12^\n" +
 	"\vReadHistory\x12&.agenthost.store.v1.ReadHistoryRequest\x1a'.agenthost.store.v1.ReadHistoryResponse\x12U\n" +
 	"\bListRuns\x12#.agenthost.store.v1.ListRunsRequest\x1a$.agenthost.store.v1.ListRunsResponse\x12L\n" +
-	"\x05Close\x12 .agenthost.store.v1.CloseRequest\x1a!.agenthost.store.v1.CloseResponseB,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
+	"\x05Close\x12 .agenthost.store.v1.CloseRequest\x1a!.agenthost.store.v1.CloseResponse\x12Z\n" +
+	"\fAcquireLease\x12'.agenthost.store.v1.AcquireLeaseRequest\x1a!.agenthost.store.v1.LeaseResponse\x12V\n" +
+	"\n" +
+	"RenewLease\x12%.agenthost.store.v1.RenewLeaseRequest\x1a!.agenthost.store.v1.LeaseResponse\x12a\n" +
+	"\fReleaseLease\x12'.agenthost.store.v1.ReleaseLeaseRequest\x1a(.agenthost.store.v1.ReleaseLeaseResponse\x12O\n" +
+	"\x06Leases\x12!.agenthost.store.v1.LeasesRequest\x1a\".agenthost.store.v1.LeasesResponse\x12H\n" +
+	"\x06Notify\x12\x1a.agenthost.store.v1.Notice\x1a\".agenthost.store.v1.NotifyResponse\x12G\n" +
+	"\x05Watch\x12 .agenthost.store.v1.WatchRequest\x1a\x1a.agenthost.store.v1.Notice0\x01B,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -1797,7 +2367,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_store_proto_goTypes = []any{
 	(*Thread)(nil),                 // 0: agenthost.store.v1.Thread
 	(*Run)(nil),                    // 1: agenthost.store.v1.Run
@@ -1826,24 +2396,35 @@ var file_store_proto_goTypes = []any{
 	(*ListRunsResponse)(nil),       // 24: agenthost.store.v1.ListRunsResponse
 	(*CloseRequest)(nil),           // 25: agenthost.store.v1.CloseRequest
 	(*CloseResponse)(nil),          // 26: agenthost.store.v1.CloseResponse
-	nil,                            // 27: agenthost.store.v1.Message.MetadataEntry
-	nil,                            // 28: agenthost.store.v1.OpenRequest.ConfigEntry
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*Lease)(nil),                  // 27: agenthost.store.v1.Lease
+	(*AcquireLeaseRequest)(nil),    // 28: agenthost.store.v1.AcquireLeaseRequest
+	(*RenewLeaseRequest)(nil),      // 29: agenthost.store.v1.RenewLeaseRequest
+	(*LeaseResponse)(nil),          // 30: agenthost.store.v1.LeaseResponse
+	(*ReleaseLeaseRequest)(nil),    // 31: agenthost.store.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),   // 32: agenthost.store.v1.ReleaseLeaseResponse
+	(*LeasesRequest)(nil),          // 33: agenthost.store.v1.LeasesRequest
+	(*LeasesResponse)(nil),         // 34: agenthost.store.v1.LeasesResponse
+	(*Notice)(nil),                 // 35: agenthost.store.v1.Notice
+	(*NotifyResponse)(nil),         // 36: agenthost.store.v1.NotifyResponse
+	(*WatchRequest)(nil),           // 37: agenthost.store.v1.WatchRequest
+	nil,                            // 38: agenthost.store.v1.Message.MetadataEntry
+	nil,                            // 39: agenthost.store.v1.OpenRequest.ConfigEntry
+	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
 }
 var file_store_proto_depIdxs = []int32{
-	29, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	29, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	29, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
+	40, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	40, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	40, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agenthost.store.v1.Message.tool_calls:type_name -> agenthost.store.v1.ToolCall
-	27, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
-	29, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	29, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
+	38, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
+	40, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	40, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: agenthost.store.v1.Batch.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 9: agenthost.store.v1.Batch.runs:type_name -> agenthost.store.v1.Run
 	3,  // 10: agenthost.store.v1.Batch.messages:type_name -> agenthost.store.v1.Message
 	4,  // 11: agenthost.store.v1.Batch.idempotency:type_name -> agenthost.store.v1.Idempotency
-	28, // 12: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
+	39, // 12: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
 	0,  // 13: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 14: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
 	5,  // 15: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
@@ -1853,31 +2434,47 @@ var file_store_proto_depIdxs = []int32{
 	4,  // 19: agenthost.store.v1.GetIdempotencyResponse.record:type_name -> agenthost.store.v1.Idempotency
 	3,  // 20: agenthost.store.v1.ReadHistoryResponse.messages:type_name -> agenthost.store.v1.Message
 	1,  // 21: agenthost.store.v1.ListRunsResponse.runs:type_name -> agenthost.store.v1.Run
-	6,  // 22: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
-	8,  // 23: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
-	10, // 24: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
-	12, // 25: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
-	14, // 26: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
-	17, // 27: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
-	19, // 28: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
-	21, // 29: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
-	23, // 30: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
-	25, // 31: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
-	7,  // 32: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	9,  // 33: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	11, // 34: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	13, // 35: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	15, // 36: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
-	18, // 37: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	20, // 38: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	22, // 39: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	24, // 40: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	26, // 41: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	40, // 22: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
+	40, // 23: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
+	27, // 24: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
+	27, // 25: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
+	6,  // 26: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
+	8,  // 27: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
+	10, // 28: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
+	12, // 29: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
+	14, // 30: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
+	17, // 31: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
+	19, // 32: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
+	21, // 33: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
+	23, // 34: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
+	25, // 35: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
+	28, // 36: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
+	29, // 37: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
+	31, // 38: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
+	33, // 39: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
+	35, // 40: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
+	37, // 41: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
+	7,  // 42: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	9,  // 43: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	11, // 44: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	13, // 45: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	15, // 46: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	18, // 47: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	20, // 48: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	22, // 49: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	24, // 50: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	26, // 51: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	30, // 52: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
+	30, // 53: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
+	32, // 54: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
+	34, // 55: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
+	36, // 56: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
+	35, // 57: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -1891,7 +2488,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

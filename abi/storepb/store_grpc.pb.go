@@ -41,6 +41,12 @@ const (
 	Store_ReadHistory_FullMethodName    = "/agenthost.store.v1.Store/ReadHistory"
 	Store_ListRuns_FullMethodName       = "/agenthost.store.v1.Store/ListRuns"
 	Store_Close_FullMethodName          = "/agenthost.store.v1.Store/Close"
+	Store_AcquireLease_FullMethodName   = "/agenthost.store.v1.Store/AcquireLease"
+	Store_RenewLease_FullMethodName     = "/agenthost.store.v1.Store/RenewLease"
+	Store_ReleaseLease_FullMethodName   = "/agenthost.store.v1.Store/ReleaseLease"
+	Store_Leases_FullMethodName         = "/agenthost.store.v1.Store/Leases"
+	Store_Notify_FullMethodName         = "/agenthost.store.v1.Store/Notify"
+	Store_Watch_FullMethodName          = "/agenthost.store.v1.Store/Watch"
 )
 
 // StoreClient is the client API for Store service.
@@ -64,6 +70,16 @@ type StoreClient interface {
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// Close closes the driver; the process stays until the host ends it.
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*CloseResponse, error)
+	// Leases and notices (driver.Leaser), for drivers whose InfoResponse says
+	// leases = true. A driver without them answers UNIMPLEMENTED.
+	AcquireLease(ctx context.Context, in *AcquireLeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	RenewLease(ctx context.Context, in *RenewLeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	ReleaseLease(ctx context.Context, in *ReleaseLeaseRequest, opts ...grpc.CallOption) (*ReleaseLeaseResponse, error)
+	Leases(ctx context.Context, in *LeasesRequest, opts ...grpc.CallOption) (*LeasesResponse, error)
+	Notify(ctx context.Context, in *Notice, opts ...grpc.CallOption) (*NotifyResponse, error)
+	// Watch streams the notices sent after it was called. The stream ends when
+	// the driver loses its source of notices; the host watches again.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Notice], error)
 }
 
 type storeClient struct {
@@ -174,6 +190,75 @@ func (c *storeClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *storeClient) AcquireLease(ctx context.Context, in *AcquireLeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Store_AcquireLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) RenewLease(ctx context.Context, in *RenewLeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Store_RenewLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) ReleaseLease(ctx context.Context, in *ReleaseLeaseRequest, opts ...grpc.CallOption) (*ReleaseLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseLeaseResponse)
+	err := c.cc.Invoke(ctx, Store_ReleaseLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Leases(ctx context.Context, in *LeasesRequest, opts ...grpc.CallOption) (*LeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeasesResponse)
+	err := c.cc.Invoke(ctx, Store_Leases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Notify(ctx context.Context, in *Notice, opts ...grpc.CallOption) (*NotifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyResponse)
+	err := c.cc.Invoke(ctx, Store_Notify_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Notice], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Store_ServiceDesc.Streams[0], Store_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, Notice]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_WatchClient = grpc.ServerStreamingClient[Notice]
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -195,6 +280,16 @@ type StoreServer interface {
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// Close closes the driver; the process stays until the host ends it.
 	Close(context.Context, *CloseRequest) (*CloseResponse, error)
+	// Leases and notices (driver.Leaser), for drivers whose InfoResponse says
+	// leases = true. A driver without them answers UNIMPLEMENTED.
+	AcquireLease(context.Context, *AcquireLeaseRequest) (*LeaseResponse, error)
+	RenewLease(context.Context, *RenewLeaseRequest) (*LeaseResponse, error)
+	ReleaseLease(context.Context, *ReleaseLeaseRequest) (*ReleaseLeaseResponse, error)
+	Leases(context.Context, *LeasesRequest) (*LeasesResponse, error)
+	Notify(context.Context, *Notice) (*NotifyResponse, error)
+	// Watch streams the notices sent after it was called. The stream ends when
+	// the driver loses its source of notices; the host watches again.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[Notice]) error
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -234,6 +329,24 @@ func (UnimplementedStoreServer) ListRuns(context.Context, *ListRunsRequest) (*Li
 }
 func (UnimplementedStoreServer) Close(context.Context, *CloseRequest) (*CloseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedStoreServer) AcquireLease(context.Context, *AcquireLeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireLease not implemented")
+}
+func (UnimplementedStoreServer) RenewLease(context.Context, *RenewLeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewLease not implemented")
+}
+func (UnimplementedStoreServer) ReleaseLease(context.Context, *ReleaseLeaseRequest) (*ReleaseLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseLease not implemented")
+}
+func (UnimplementedStoreServer) Leases(context.Context, *LeasesRequest) (*LeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leases not implemented")
+}
+func (UnimplementedStoreServer) Notify(context.Context, *Notice) (*NotifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Notify not implemented")
+}
+func (UnimplementedStoreServer) Watch(*WatchRequest, grpc.ServerStreamingServer[Notice]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -436,6 +549,107 @@ func _Store_Close_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_AcquireLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).AcquireLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_AcquireLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).AcquireLease(ctx, req.(*AcquireLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_RenewLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).RenewLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_RenewLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).RenewLease(ctx, req.(*RenewLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_ReleaseLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).ReleaseLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_ReleaseLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).ReleaseLease(ctx, req.(*ReleaseLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Leases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Leases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Leases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Leases(ctx, req.(*LeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Notify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Notice)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Notify(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Notify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Notify(ctx, req.(*Notice))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StoreServer).Watch(m, &grpc.GenericServerStream[WatchRequest, Notice]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Store_WatchServer = grpc.ServerStreamingServer[Notice]
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -483,7 +697,33 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Close",
 			Handler:    _Store_Close_Handler,
 		},
+		{
+			MethodName: "AcquireLease",
+			Handler:    _Store_AcquireLease_Handler,
+		},
+		{
+			MethodName: "RenewLease",
+			Handler:    _Store_RenewLease_Handler,
+		},
+		{
+			MethodName: "ReleaseLease",
+			Handler:    _Store_ReleaseLease_Handler,
+		},
+		{
+			MethodName: "Leases",
+			Handler:    _Store_Leases_Handler,
+		},
+		{
+			MethodName: "Notify",
+			Handler:    _Store_Notify_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _Store_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "store.proto",
 }

@@ -71,7 +71,7 @@ func (c *Client) Info(ctx context.Context) (driver.Info, error) {
 	if err != nil {
 		return driver.Info{}, c.fail(ctx, err)
 	}
-	return driver.Info{ProtocolVersion: int(r.ProtocolVersion), Name: r.Name, Version: r.Version, Durable: r.Durable}, nil
+	return driver.Info{ProtocolVersion: int(r.ProtocolVersion), Name: r.Name, Version: r.Version, Durable: r.Durable, Leases: r.Leases}, nil
 }
 
 // LoadThread implements driver.Driver.

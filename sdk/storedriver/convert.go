@@ -32,7 +32,7 @@ func tsFromProto(ts *timestamppb.Timestamp) time.Time {
 func ThreadToProto(t record.Thread) *storepb.Thread {
 	return &storepb.Thread{
 		Id: t.ID, Version: t.Version, NextRunSeq: t.NextRunSeq, NextMessageSeq: t.NextMessageSeq,
-		OpenRunIds: t.OpenRunIDs, LastCommitId: t.LastCommitID, UpdatedAt: tsToProto(t.UpdatedAt),
+		OpenRunIds: t.OpenRunIDs, LastCommitId: t.LastCommitID, Owner: t.Owner, UpdatedAt: tsToProto(t.UpdatedAt),
 	}
 }
 
@@ -43,7 +43,7 @@ func ThreadFromProto(p *storepb.Thread) record.Thread {
 	}
 	return record.Thread{
 		ID: p.Id, Version: p.Version, NextRunSeq: p.NextRunSeq, NextMessageSeq: p.NextMessageSeq,
-		OpenRunIDs: p.OpenRunIds, LastCommitID: p.LastCommitId, UpdatedAt: tsFromProto(p.UpdatedAt),
+		OpenRunIDs: p.OpenRunIds, LastCommitID: p.LastCommitId, Owner: p.Owner, UpdatedAt: tsFromProto(p.UpdatedAt),
 	}
 }
 
@@ -161,7 +161,7 @@ func IdempotencyFromProto(p *storepb.Idempotency) record.Idempotency {
 // BatchToProto converts a batch to its wire form.
 func BatchToProto(b driver.Batch) *storepb.Batch {
 	p := &storepb.Batch{
-		CommitId: b.CommitID, ThreadId: b.ThreadID, ExpectedVersion: b.ExpectedVersion,
+		CommitId: b.CommitID, ThreadId: b.ThreadID, ExpectedVersion: b.ExpectedVersion, Fence: b.Fence,
 		Thread: ThreadToProto(b.Thread), Runs: RunsToProto(b.Runs), Messages: MessagesToProto(b.Messages),
 	}
 	if len(b.Idempotency) > 0 {
@@ -179,7 +179,7 @@ func BatchFromProto(p *storepb.Batch) driver.Batch {
 		return driver.Batch{}
 	}
 	b := driver.Batch{
-		CommitID: p.CommitId, ThreadID: p.ThreadId, ExpectedVersion: p.ExpectedVersion,
+		CommitID: p.CommitId, ThreadID: p.ThreadId, ExpectedVersion: p.ExpectedVersion, Fence: p.Fence,
 		Thread: ThreadFromProto(p.Thread), Runs: RunsFromProto(p.Runs), Messages: MessagesFromProto(p.Messages),
 	}
 	if len(p.Idempotency) > 0 {
@@ -189,4 +189,27 @@ func BatchFromProto(p *storepb.Batch) driver.Batch {
 		}
 	}
 	return b
+}
+
+// LeaseToProto converts a lease to its wire form.
+func LeaseToProto(l driver.Lease) *storepb.Lease {
+	return &storepb.Lease{Epoch: l.Epoch, Holder: l.Holder, Expires: tsToProto(l.Expires), Now: tsToProto(l.Now)}
+}
+
+// LeaseFromProto converts a lease from its wire form.
+func LeaseFromProto(p *storepb.Lease) driver.Lease {
+	if p == nil {
+		return driver.Lease{}
+	}
+	return driver.Lease{Epoch: p.Epoch, Holder: p.Holder, Expires: tsFromProto(p.Expires), Now: tsFromProto(p.Now)}
+}
+
+// NoticeToProto converts a notice to its wire form.
+func NoticeToProto(n driver.Notice) *storepb.Notice {
+	return &storepb.Notice{ThreadId: n.ThreadID, Owner: n.Owner, InterruptRunId: n.InterruptRunID}
+}
+
+// NoticeFromProto converts a notice from its wire form.
+func NoticeFromProto(p *storepb.Notice) driver.Notice {
+	return driver.Notice{ThreadID: p.GetThreadId(), Owner: p.GetOwner(), InterruptRunID: p.GetInterruptRunId()}
 }

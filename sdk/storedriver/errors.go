@@ -28,6 +28,7 @@ var sentinels = []struct {
 	{driver.ErrTooLarge, codes.ResourceExhausted, "TOO_LARGE"},
 	{driver.ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
 	{driver.ErrClosed, codes.FailedPrecondition, "CLOSED"},
+	{driver.ErrFenced, codes.FailedPrecondition, "FENCED"},
 }
 
 // ToStatus turns an error a driver returned into the gRPC status error that

@@ -85,7 +85,7 @@ func (s *Server) Info(ctx context.Context, _ *storepb.InfoRequest) (*storepb.Inf
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &storepb.InfoResponse{ProtocolVersion: int32(info.ProtocolVersion), Name: info.Name, Version: info.Version, Durable: info.Durable}, nil
+	return &storepb.InfoResponse{ProtocolVersion: int32(info.ProtocolVersion), Name: info.Name, Version: info.Version, Durable: info.Durable, Leases: info.Leases}, nil
 }
 
 // LoadThread implements storepb.StoreServer.
@@ -181,6 +181,9 @@ func checkBatch(pb *storepb.Batch) error {
 func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
 	if err := checkBatch(pb); err != nil {
 		return 0, err
+	}
+	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
+		return 0, fmt.Errorf("%w: a fenced batch, but the driver has no leases", driver.ErrInvalidArgument)
 	}
 	Fault(FaultBeforeCommit)
 	v, err := d.Commit(ctx, BatchFromProto(pb))
