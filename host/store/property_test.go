@@ -189,7 +189,7 @@ func (m *model) crash(ctx context.Context, t *rapid.T) {
 		if r.Owner != dead {
 			t.Fatalf("active run %s owned by %s, which died before %s", r.ID, r.Owner, dead)
 		}
-		if _, err := m.s.Recover(ctx, r, dead); err != nil {
+		if _, err := m.s.Recover(ctx, r, dead, "recoverer"); err != nil {
 			t.Fatalf("recover %s: %v", r.ID, err)
 		}
 	}

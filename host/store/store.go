@@ -56,6 +56,16 @@ type Options struct {
 	// ObserveCommit, when set, is called after every driver commit with its
 	// latency and error.
 	ObserveCommit func(d time.Duration, err error)
+	// Fence maps the owner a run executes under (the host epoch of Start,
+	// CommitTerminal and Recover) to the lease epoch its commits are fenced
+	// by; 0 for none. Default: no fences (one host per store).
+	Fence func(owner string) int64
+	// OwnerLive reports whether a lease epoch other than the committer's is
+	// live. A fenced commit on a thread that such a lease owns is refused
+	// with driver.ErrFenced before it is sent (the driver would refuse it
+	// too). Default: every owner is taken to be live, leaving it to the
+	// driver.
+	OwnerLive func(epoch int64) bool
 }
 
 // Store is the store layer over one driver. It is safe for concurrent use.
@@ -80,6 +90,12 @@ func New(d driver.Driver, opt Options) *Store {
 	}
 	if opt.PageSize <= 0 {
 		opt.PageSize = 256
+	}
+	if opt.Fence == nil {
+		opt.Fence = func(string) int64 { return 0 }
+	}
+	if opt.OwnerLive == nil {
+		opt.OwnerLive = func(int64) bool { return false }
 	}
 	return &Store{d: d, opt: opt}
 }
@@ -120,6 +136,9 @@ type Admission struct {
 	// AnsweredByRunID is set on a duplicate whose run was absorbed: the run
 	// whose answer answers this input.
 	AnsweredByRunID string
+	// ThreadOwner is the thread's owner (a lease epoch, 0: none) as of the
+	// admission's commit; 0 for a duplicate.
+	ThreadOwner int64
 }
 
 // Admit admits a submission: the input message, its run (or its place in an
@@ -129,7 +148,7 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		ThreadID: sub.ThreadID, Key: sub.Key, Content: sub.Content, Hint: sub.Hint, Metadata: sub.Metadata,
 		RunID: s.opt.NewID("run"), InputMessageID: s.opt.NewID("msg"), AssistantMessageID: s.opt.NewID("msg"),
 	}
-	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, func(snap runstate.Snapshot) (runstate.Effects, error) {
+	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, 0, func(snap runstate.Snapshot) (runstate.Effects, error) {
 		m.Now = s.opt.Now()
 		m.Decision = nil
 		eff, err := runstate.Reduce(snap, m)
@@ -150,6 +169,9 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		return Admission{}, err
 	}
 	adm := Admission{Admission: *eff.Admission}
+	if eff.Thread != nil {
+		adm.ThreadOwner = eff.Thread.Owner
+	}
 	if adm.Duplicate {
 		res, err := s.Result(ctx, adm.RunID)
 		if err != nil {
@@ -177,7 +199,7 @@ func view(snap runstate.Snapshot, sub Submission) ThreadView {
 
 // Start makes the head of the thread's queue active under owner.
 func (s *Store) Start(ctx context.Context, threadID, owner string) (record.Run, error) {
-	eff, err := s.reduce(ctx, threadID, func() runstate.Mutation {
+	eff, err := s.reduce(ctx, threadID, s.opt.Fence(owner), func() runstate.Mutation {
 		return runstate.Start{ThreadID: threadID, Owner: owner, Now: s.opt.Now()}
 	})
 	if err != nil {
@@ -189,7 +211,7 @@ func (s *Store) Start(ctx context.Context, threadID, owner string) (record.Run, 
 // CommitTerminal ends an active run; see runstate.CommitTerminal. It returns
 // the run as committed and the absorb entries that were dropped.
 func (s *Store) CommitTerminal(ctx context.Context, m runstate.CommitTerminal) (record.Run, []runstate.DroppedAbsorb, error) {
-	eff, err := s.reduce(ctx, m.ThreadID, func() runstate.Mutation {
+	eff, err := s.reduce(ctx, m.ThreadID, s.opt.Fence(m.Owner), func() runstate.Mutation {
 		m.Now = s.opt.Now()
 		return m
 	})
@@ -200,10 +222,10 @@ func (s *Store) CommitTerminal(ctx context.Context, m runstate.CommitTerminal) (
 }
 
 // Recover returns run, found active under the gone owner deadOwner, to the
-// queue (or fails it once it has used its attempts). A run that is queued is
-// returned as it is.
-func (s *Store) Recover(ctx context.Context, run record.Run, deadOwner string) (record.Run, error) {
-	eff, err := s.reduce(ctx, run.ThreadID, func() runstate.Mutation {
+// queue (or fails it once it has used its attempts), committing as the owner
+// by. A run that is queued is returned as it is.
+func (s *Store) Recover(ctx context.Context, run record.Run, deadOwner, by string) (record.Run, error) {
+	eff, err := s.reduce(ctx, run.ThreadID, s.opt.Fence(by), func() runstate.Mutation {
 		return runstate.Recover{ThreadID: run.ThreadID, RunID: run.ID, DeadOwner: deadOwner, MaxAttempts: s.opt.MaxAttempts, Now: s.opt.Now()}
 	})
 	if err != nil {
@@ -221,7 +243,7 @@ func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
 	if runstate.IsTerminal(run.State) {
 		return record.Run{}, fmt.Errorf("%w: run %s is %s", runstate.ErrNotQueued, runID, run.State)
 	}
-	eff, err := s.reduce(ctx, run.ThreadID, func() runstate.Mutation {
+	eff, err := s.reduce(ctx, run.ThreadID, 0, func() runstate.Mutation {
 		return runstate.Cancel{ThreadID: run.ThreadID, RunID: runID, Now: s.opt.Now()}
 	})
 	if err != nil {
@@ -230,15 +252,16 @@ func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
 	return *eff.Run, nil
 }
 
-func (s *Store) reduce(ctx context.Context, threadID string, mut func() runstate.Mutation) (runstate.Effects, error) {
-	return s.apply(ctx, threadID, "", func(snap runstate.Snapshot) (runstate.Effects, error) {
+func (s *Store) reduce(ctx context.Context, threadID string, fence int64, mut func() runstate.Mutation) (runstate.Effects, error) {
+	return s.apply(ctx, threadID, "", fence, func(snap runstate.Snapshot) (runstate.Effects, error) {
 		return runstate.Reduce(snap, mut())
 	})
 }
 
 // apply runs the optimistic loop: load, reduce, commit conditionally, retry
-// on conflict.
-func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(runstate.Snapshot) (runstate.Effects, error)) (runstate.Effects, error) {
+// on conflict. A fence other than 0 fences the commit by that lease epoch,
+// which becomes the thread's owner (see driver.Leaser).
+func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, reduce func(runstate.Snapshot) (runstate.Effects, error)) (runstate.Effects, error) {
 	if threadID == "" {
 		return runstate.Effects{}, fmt.Errorf("%w: empty thread id", runstate.ErrInvalid)
 	}
@@ -250,6 +273,9 @@ func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(run
 			return runstate.Effects{}, fmt.Errorf("loading thread %s: %w", threadID, err)
 		}
 		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs}
+		if o := ts.Thread.Owner; fence != 0 && o != 0 && o != fence && s.opt.OwnerLive(o) {
+			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: o}
+		}
 		if key != "" {
 			k, err := s.d.GetIdempotency(ctx, threadID, key)
 			switch {
@@ -264,6 +290,9 @@ func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(run
 			return eff, err
 		}
 		b := Batch(snap.Thread.Version, eff, s.opt.NewID("commit"))
+		if fence != 0 {
+			b.Fence, b.Thread.Owner = fence, fence
+		}
 		began := time.Now()
 		_, err = s.d.Commit(ctx, b)
 		if s.opt.ObserveCommit != nil {
@@ -277,6 +306,8 @@ func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(run
 				return runstate.Effects{}, err
 			}
 			continue
+		case errors.Is(err, driver.ErrFenced):
+			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: snap.Thread.Owner, Err: err}
 		case errors.Is(err, driver.ErrInvalidArgument), errors.Is(err, driver.ErrTooLarge):
 			return runstate.Effects{}, fmt.Errorf("committing to thread %s: %w", threadID, err)
 		}
@@ -293,6 +324,23 @@ func (s *Store) apply(ctx context.Context, threadID, key string, reduce func(run
 	}
 	return runstate.Effects{}, fmt.Errorf("%w: thread %s, %d attempts", ErrContention, threadID, s.opt.MaxRetries)
 }
+
+// FencedError is a fenced commit refused: the committer's lease is not live,
+// or Owner, another live lease, owns the thread. It wraps driver.ErrFenced.
+type FencedError struct {
+	ThreadID string
+	Owner    int64 // the thread's owner as last read
+	Err      error // the driver's refusal; nil when refused before sending
+}
+
+func (e *FencedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("committing to thread %s: %v", e.ThreadID, e.Err)
+	}
+	return fmt.Sprintf("%v: thread %s is owned by live lease %d", driver.ErrFenced, e.ThreadID, e.Owner)
+}
+
+func (e *FencedError) Unwrap() error { return driver.ErrFenced }
 
 // settle reads back a batch whose commit failed and reports whether it was
 // applied.

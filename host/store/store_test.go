@@ -305,11 +305,11 @@ func TestScanRecoverableAndRecover(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("ListActive found %d", n)
 	}
-	rec, err := s.Recover(ctx, old, "epoch-1")
+	rec, err := s.Recover(ctx, old, "epoch-1", "epoch-2")
 	if err != nil || rec.State != record.StateQueued || rec.Attempt != 2 {
 		t.Fatalf("recover: %+v %v", rec, err)
 	}
-	if _, err := s.Recover(ctx, live, "epoch-1"); !errors.Is(err, runstate.ErrNotOwner) {
+	if _, err := s.Recover(ctx, live, "epoch-1", "epoch-2"); !errors.Is(err, runstate.ErrNotOwner) {
 		t.Fatalf("recovering a live run: %v", err)
 	}
 	// Canceling: queued only.

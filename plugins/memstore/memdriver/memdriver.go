@@ -37,6 +37,7 @@ type Driver struct {
 	msgIDs   map[string]bool
 	idem     map[idemKey]record.Idempotency
 	commitFn func(driver.Batch) // test hook, see SetCommitHook
+	lease    *leases            // nil: no leases (see NewShared)
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -55,7 +56,7 @@ func New() *Driver {
 
 // Info implements driver.Driver.
 func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
-	return driver.Info{ProtocolVersion: driver.ProtocolVersion, Name: Name, Version: Version, Durable: false}, nil
+	return driver.Info{ProtocolVersion: driver.ProtocolVersion, Name: Name, Version: Version, Durable: false, Leases: d.lease != nil}, nil
 }
 
 func (d *Driver) check(ctx context.Context) error {
@@ -103,6 +104,9 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	cur := d.threads[b.ThreadID].Version
 	if cur != b.ExpectedVersion {
 		return 0, fmt.Errorf("%w: thread %s is at version %d, batch expects %d", driver.ErrVersionConflict, b.ThreadID, cur, b.ExpectedVersion)
+	}
+	if err := d.checkFence(b, d.threads[b.ThreadID].Owner); err != nil {
+		return 0, err
 	}
 	// Check everything before writing anything.
 	for _, k := range b.Idempotency {

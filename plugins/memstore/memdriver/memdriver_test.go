@@ -11,3 +11,7 @@ import (
 func TestContract(t *testing.T) {
 	storedrivertest.Run(t, func(t *testing.T) driver.Driver { return memdriver.New() })
 }
+
+func TestContractShared(t *testing.T) {
+	storedrivertest.Run(t, func(t *testing.T) driver.Driver { return memdriver.NewShared(nil) })
+}
