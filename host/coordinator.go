@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
 )
 
 // kick schedules a thread: a worker will start the head of its queue. A
@@ -72,9 +73,14 @@ func (rt *Runtime) worker() {
 // reports whether the thread should be scheduled again.
 func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ctx := rt.baseCtx
-	run, err := rt.st.Start(ctx, thread, rt.epoch)
+	owner := rt.owner()
+	run, err := rt.st.Start(ctx, thread, owner)
+	var fe *store.FencedError
 	switch {
 	case errors.Is(err, runstate.ErrNothingQueued):
+		return false
+	case errors.As(err, &fe):
+		rt.fencedStart(thread, fe)
 		return false
 	case errors.Is(err, runstate.ErrThreadActive):
 		// A run is active. If this host owns it, it is a start whose reply
@@ -82,7 +88,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		// worker holds the thread, so execute it now. Another owner's run
 		// is moved on by recovery (at the next start, or by its host).
 		snap, lerr := rt.st.Thread(ctx, thread)
-		if lerr != nil || len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != rt.epoch {
+		if lerr != nil || len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
 			return false
 		}
 		run = snap.Runs[0]

@@ -25,7 +25,8 @@ var errInterrupted = errors.New("interrupted by a newer input")
 type runExec struct {
 	mu      sync.Mutex
 	run     record.Run
-	ctx     context.Context         // done when the run is abandoned (Close gave up)
+	ctx     context.Context         // done when the run is abandoned (Close gave up, or its lease died)
+	abandon context.CancelFunc      // abandons the run
 	stepCtx context.Context         // done too when the run is interrupted
 	stop    context.CancelCauseFunc // interrupts the run
 	steps   atomic.Int32            // model steps finished, for the policy
@@ -35,8 +36,17 @@ func (ex *runExec) init(base context.Context, run record.Run) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	ex.run = run
-	ex.ctx = base
-	ex.stepCtx, ex.stop = context.WithCancelCause(base)
+	ex.ctx, ex.abandon = context.WithCancel(base)
+	ex.stepCtx, ex.stop = context.WithCancelCause(ex.ctx)
+}
+
+// abandonIf abandons the run if it executes under owner.
+func (ex *runExec) abandonIf(owner string) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.abandon != nil && ex.run.Owner == owner {
+		ex.abandon()
+	}
 }
 
 func (ex *runExec) interrupt(runID string) {
@@ -268,7 +278,7 @@ func (e *execution) absorb() []runstate.AbsorbEntry {
 // the reducer finds invalid is replaced by a failure.
 func (e *execution) commit(c runstate.CommitTerminal) {
 	rt := e.rt
-	c.ThreadID, c.RunID, c.Owner = e.run.ThreadID, e.run.ID, rt.epoch
+	c.ThreadID, c.RunID, c.Owner = e.run.ThreadID, e.run.ID, e.run.Owner
 	backoff := 50 * time.Millisecond
 	for {
 		if e.ex.ctx.Err() != nil {
@@ -278,6 +288,11 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 		switch {
 		case err == nil:
 			e.committed(done, c, dropped)
+			return
+		case errors.Is(err, driver.ErrFenced):
+			// This host's lease died, or another host took the thread over:
+			// the run is its new owner's to recover.
+			rt.log.Warn("terminal commit fenced: the run is left to the thread's new owner", "run", e.run.ID, "err", err)
 			return
 		case errors.Is(err, runstate.ErrNotActive), errors.Is(err, runstate.ErrNotOwner):
 			// Already ended (an earlier attempt whose reply was lost), or
@@ -293,7 +308,7 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 			// Do not leave the run active with no executor: queue it again
 			// (or fail it, once it has used its attempts), as recovery would.
 			rt.log.Error("terminal commit refused; queueing the run again", "run", e.run.ID, "err", err)
-			if _, rerr := rt.st.Recover(context.WithoutCancel(e.ex.ctx), e.run, rt.epoch); rerr != nil {
+			if _, rerr := rt.st.Recover(context.WithoutCancel(e.ex.ctx), e.run, e.run.Owner, e.run.Owner); rerr != nil {
 				rt.log.Error("queueing the run again failed; the next start recovers it", "run", e.run.ID, "err", rerr)
 			}
 			rt.settled(e.run.ID)

@@ -45,7 +45,19 @@ type Config struct {
 	MaxAttempts int
 	// LiveOwner reports whether a host epoch other than this runtime's own is
 	// still executing its runs. Default: none is (a single host per store).
+	// It is not used with a driver that has leases: the leases say.
 	LiveOwner func(owner string) bool
+	// LeaseTTL is how long this host's lease lives unless renewed, with a
+	// driver that has leases (several hosts on one store); it is renewed
+	// every third of it. A host that dies holds its threads this long.
+	// Default 10s.
+	LeaseTTL time.Duration
+	// PollInterval is how often a host sharing its store looks for work that
+	// no notice announced (dead leases' runs, missed notices). Default 2s.
+	PollInterval time.Duration
+	// HostName labels this host's lease for operators. Default: the
+	// machine's host name and the process id.
+	HostName string
 	// Logger receives the runtime's log. Default: slog.Default().
 	Logger *slog.Logger
 	// EventRuns is how many settled runs' events are kept. Default 10000.
@@ -59,7 +71,8 @@ type Config struct {
 type Runtime struct {
 	cfg    Config
 	st     *store.Store
-	epoch  string
+	epoch  string  // the owner of this host's runs, when the driver has no leases
+	sh     *shared // several hosts: nil when the driver has no leases
 	reg    *registry // nil when the policy can never inject
 	log    *slog.Logger
 	events *eventLog
@@ -77,6 +90,10 @@ type Runtime struct {
 	rekick  map[string]bool     // threads kicked while a worker held them
 	waiters map[string][]chan struct{}
 	workers sync.WaitGroup
+
+	bg         sync.WaitGroup // the shared-mode loops
+	stopShared context.CancelFunc
+	pollCh     chan struct{}
 }
 
 // New starts a runtime: it takes a new host epoch, recovers every run that a
@@ -112,6 +129,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.LiveOwner == nil {
 		cfg.LiveOwner = func(string) bool { return false }
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 2 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -134,35 +157,87 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		running: map[string]*runExec{},
 		rekick:  map[string]bool{},
 		waiters: map[string][]chan struct{}{},
+		pollCh:  make(chan struct{}, 1),
 	}
-	rt.st = store.New(cfg.Driver, store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe})
+	info, err := cfg.Driver.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("host: reading the driver's info: %w", err)
+	}
+	opts := store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe}
+	if l, ok := cfg.Driver.(driver.Leaser); ok && info.Leases {
+		rt.sh = newShared(l, cfg)
+		x, err := rt.sh.acquire(ctx, rt.log.Warn)
+		if err != nil {
+			return nil, err
+		}
+		if err := rt.sh.refresh(ctx); err != nil {
+			_ = rt.releaseLease()
+			return nil, fmt.Errorf("host: reading the live leases: %w", err)
+		}
+		rt.log.Info("sharing the store: took a lease", "epoch", x.Epoch, "holder", rt.sh.holder, "ttl", cfg.LeaseTTL)
+		opts.Fence, opts.OwnerLive = leaseEpoch, rt.ownerLive
+	}
+	rt.st = store.New(cfg.Driver, opts)
 	rt.cond = sync.NewCond(&rt.mu)
 	if m.CanReturn(runstate.ActionInject) {
 		rt.reg = newRegistry()
 	}
 	rt.baseCtx, rt.abandonAll = context.WithCancel(context.Background())
-	if err := rt.recover(ctx); err != nil {
+	if err := rt.scan(ctx); err != nil {
 		rt.abandonAll()
+		if rt.sh != nil {
+			_ = rt.releaseLease()
+		}
 		return nil, err
 	}
 	for range cfg.MaxConcurrentRuns {
 		rt.workers.Add(1)
 		go rt.worker()
 	}
+	if rt.sh != nil {
+		rt.startShared()
+	}
 	return rt, nil
 }
 
-// Epoch is this runtime's host epoch: the owner of the runs it executes.
-func (rt *Runtime) Epoch() string { return rt.epoch }
+// Epoch is the owner of the runs this runtime executes: its host epoch, or
+// with a driver that has leases, its current lease's.
+func (rt *Runtime) Epoch() string { return rt.owner() }
+
+func (rt *Runtime) owner() string {
+	if rt.sh != nil {
+		return leaseOwner(rt.sh.epoch.Load())
+	}
+	return rt.epoch
+}
+
+// LeaseEpoch is the epoch of the lease this runtime executes under, 0 when
+// its driver has no leases.
+func (rt *Runtime) LeaseEpoch() int64 {
+	if rt.sh == nil {
+		return 0
+	}
+	return rt.sh.epoch.Load()
+}
 
 // Store returns the runtime's store layer.
 func (rt *Runtime) Store() *store.Store { return rt.st }
 
-// recover queues again every active run whose owner is gone and schedules
-// every thread with work.
-func (rt *Runtime) recover(ctx context.Context) error {
-	live := func(o string) bool { return o == rt.epoch || rt.cfg.LiveOwner(o) }
+// scan queues again every active run whose owner is gone and schedules
+// every thread with work: at start, and with a shared store at every poll.
+func (rt *Runtime) scan(ctx context.Context) error {
+	owner := rt.owner()
+	live := func(o string) bool {
+		switch {
+		case o == owner:
+			return true
+		case rt.sh != nil:
+			return rt.sh.isLive(leaseEpoch(o))
+		}
+		return rt.cfg.LiveOwner(o)
+	}
 	threads := map[string]bool{}
+	var order []string
 	var todo []record.Run
 	for r, err := range rt.st.ScanRecoverable(ctx, live) {
 		if err != nil {
@@ -173,8 +248,7 @@ func (rt *Runtime) recover(ctx context.Context) error {
 		}
 		if !threads[r.ThreadID] {
 			threads[r.ThreadID] = true
-			rt.queue = append(rt.queue, r.ThreadID)
-			rt.queued[r.ThreadID] = true
+			order = append(order, r.ThreadID)
 		}
 	}
 	// Recover concurrently: each recovery is its own commit, and a driver
@@ -203,14 +277,23 @@ func (rt *Runtime) recover(ctx context.Context) error {
 	}
 	close(work)
 	wg.Wait()
+	for _, th := range order {
+		// With a shared store, leave a thread that another live host owns
+		// to it (its own poll finds the work if a notice was lost).
+		if rt.sh == nil || rt.ownsOrMayTake(ctx, th) {
+			rt.kick(th)
+		}
+	}
 	return firstErr
 }
 
 func (rt *Runtime) recoverOne(ctx context.Context, r record.Run) error {
-	rec, err := rt.st.Recover(ctx, r, r.Owner)
+	rec, err := rt.st.Recover(ctx, r, r.Owner, rt.owner())
 	switch {
 	case errors.Is(err, runstate.ErrNotOwner), errors.Is(err, runstate.ErrRunTerminal):
 		return nil // it moved on since the scan
+	case errors.Is(err, driver.ErrFenced):
+		return nil // another live host took the thread, or this host's lease died
 	case err != nil:
 		return fmt.Errorf("host: recovering run %s: %w", r.ID, err)
 	}
@@ -269,6 +352,12 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 			ID: adm.InputMessageID, ThreadID: threadID, RunID: adm.RunID, Role: record.RoleUser,
 			Content: input, Hint: opts.Hint, Metadata: opts.Metadata,
 		})
+	}
+	if rt.sh != nil && adm.ThreadOwner != 0 && adm.ThreadOwner != rt.sh.epoch.Load() && rt.sh.isLive(adm.ThreadOwner) {
+		// Another live host owns the thread: wake it (offers stay with this
+		// process, so for that host an injected input is a queued run).
+		rt.notify(threadID, adm.ThreadOwner, adm.InterruptRunID)
+		return t, nil
 	}
 	if adm.InterruptRunID != "" {
 		rt.interrupt(threadID, adm.InterruptRunID)
@@ -401,8 +490,15 @@ func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
 		<-done
 	}
 	rt.abandonAll()
+	var leaseErr error
+	if rt.sh != nil {
+		rt.stopShared()
+		rt.bg.Wait()
+		leaseErr = rt.releaseLease()
+	}
 	slices.Sort(abandoned)
 	rep := CloseReport{Abandoned: abandoned}
+	owner := rt.owner()
 	// Read what is left from the store: the report is about durable state.
 	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -412,19 +508,21 @@ func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
 			err = fmt.Errorf("host: listing queued runs for the close report: %w", e)
 			break
 		}
-		rep.Queued = append(rep.Queued, r.ID)
+		if rt.threadOwnedHere(rctx, r) {
+			rep.Queued = append(rep.Queued, r.ID)
+		}
 	}
 	for r, e := range rt.st.ListActive(rctx) {
 		if e != nil {
 			err = fmt.Errorf("host: listing active runs for the close report: %w", e)
 			break
 		}
-		if r.Owner == rt.epoch && !slices.Contains(rep.Abandoned, r.ID) {
+		if r.Owner == owner && !slices.Contains(rep.Abandoned, r.ID) {
 			rep.Abandoned = append(rep.Abandoned, r.ID) // e.g. a commit that failed
 		}
 	}
 	rep.Settled = err == nil && len(rep.Abandoned) == 0 && len(rep.Queued) == 0
-	return rep, err
+	return rep, cmp.Or(err, leaseErr)
 }
 
 // counters are the runtime's metrics.
@@ -438,6 +536,10 @@ type counters struct {
 	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
 	commitErrors     atomic.Int64
 	commitLatency    histogram
+	leaseRenewals    atomic.Int64
+	leasesLost       atomic.Int64
+	noticesSent      atomic.Int64
+	noticesReceived  atomic.Int64
 }
 
 // histogram counts durations into fixed buckets (seconds).
@@ -520,6 +622,12 @@ type Stats struct {
 	InjectBoundaries int64
 	CommitErrors     int64
 	CommitLatency    Histogram
+	// With a shared store (several hosts): lease renewals, leases lost,
+	// notices sent to other hosts and received from them.
+	LeaseRenewals   int64
+	LeasesLost      int64
+	NoticesSent     int64
+	NoticesReceived int64
 }
 
 // Stats returns the runtime's counters.
@@ -534,5 +642,9 @@ func (rt *Runtime) Stats() Stats {
 		InjectBoundaries: rt.stats.injectBoundaries.Load(),
 		CommitErrors:     rt.stats.commitErrors.Load(),
 		CommitLatency:    rt.stats.commitLatency.snapshot(),
+		LeaseRenewals:    rt.stats.leaseRenewals.Load(),
+		LeasesLost:       rt.stats.leasesLost.Load(),
+		NoticesSent:      rt.stats.noticesSent.Load(),
+		NoticesReceived:  rt.stats.noticesReceived.Load(),
 	}
 }
