@@ -71,8 +71,8 @@ type Config struct {
 type Runtime struct {
 	cfg    Config
 	st     *store.Store
-	epoch  string  // the owner of this host's runs, when the driver has no leases
-	sh     *shared // several hosts: nil when the driver has no leases
+	epoch  string    // the owner of this host's runs, when the driver has no leases
+	sh     *shared   // several hosts: nil when the driver has no leases
 	reg    *registry // nil when the policy can never inject
 	log    *slog.Logger
 	events *eventLog
