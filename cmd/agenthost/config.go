@@ -30,6 +30,15 @@ type Config struct {
 	Store string `yaml:"store" env:"AGENTHOST_STORE"`
 	// StoreConfig is passed to the driver at open (driver-specific).
 	StoreConfig map[string]string `yaml:"store_config"`
+	// StoreURL is the database URL of a driver that takes one (pgstore's
+	// "url"); it overrides store_config's url.
+	StoreURL string `yaml:"store_url" env:"AGENTHOST_STORE_URL"`
+	// Several hosts on one store (a driver with leases, e.g. pgstore): how
+	// long this host's lease lives unless renewed, how often it looks for
+	// work no notice announced, and the name its lease shows.
+	LeaseTTL     time.Duration `yaml:"lease_ttl" env:"AGENTHOST_LEASE_TTL"`
+	PollInterval time.Duration `yaml:"poll_interval" env:"AGENTHOST_POLL_INTERVAL"`
+	HostName     string        `yaml:"host_name" env:"AGENTHOST_HOST_NAME"`
 	// Policy is a standard policy name (queue, interrupt, reject, inject,
 	// refine) or the path of a .wasm policy.
 	Policy string `yaml:"policy" env:"AGENTHOST_POLICY"`
@@ -100,6 +109,14 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.Data = flagCfg.Data
 		case "store":
 			cfg.Store = flagCfg.Store
+		case "store-url":
+			cfg.StoreURL = flagCfg.StoreURL
+		case "lease-ttl":
+			cfg.LeaseTTL = flagCfg.LeaseTTL
+		case "poll-interval":
+			cfg.PollInterval = flagCfg.PollInterval
+		case "host-name":
+			cfg.HostName = flagCfg.HostName
 		case "policy":
 			cfg.Policy = flagCfg.Policy
 		case "prepare-step":
@@ -165,6 +182,15 @@ func (c Config) validate() error {
 	}
 	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
+	}
+	if c.LeaseTTL < 0 || c.PollInterval < 0 {
+		errs = append(errs, errors.New("lease_ttl and poll_interval must not be negative"))
+	}
+	if c.LeaseTTL > 0 && c.LeaseTTL < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("lease_ttl %v: at least 300ms (it is renewed every third of it)", c.LeaseTTL))
+	}
+	if c.Store == "pgstore" && c.StoreURL == "" && c.StoreConfig["url"] == "" {
+		errs = append(errs, errors.New("store pgstore needs a database URL: store_url (env AGENTHOST_STORE_URL, flag --store-url)"))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))

@@ -47,7 +47,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&fc.Listen, "listen", "", "HTTP listen address (default 127.0.0.1:7070)")
 	fs.StringVar(&fc.Token, "token", "", "bearer token, required when not listening on loopback")
 	fs.StringVar(&fc.Data, "data", "", "data directory (default ./agenthost-data)")
-	fs.StringVar(&fc.Store, "store", "", "store driver: badgerstore, memstore, or a driver binary's path (default badgerstore)")
+	fs.StringVar(&fc.Store, "store", "", "store driver: badgerstore, memstore, pgstore, or a driver binary's path (default badgerstore)")
+	fs.StringVar(&fc.StoreURL, "store-url", "", "database URL of the store (pgstore: postgres://...)")
+	fs.DurationVar(&fc.LeaseTTL, "lease-ttl", 0, "with a shared store: how long this host's lease lives unless renewed (default 10s)")
+	fs.DurationVar(&fc.PollInterval, "poll-interval", 0, "with a shared store: how often to look for work no notice announced (default 2s)")
+	fs.StringVar(&fc.HostName, "host-name", "", "with a shared store: the name this host's lease shows (default host/pid)")
 	fs.StringVar(&fc.Policy, "policy", "", "input policy: queue, interrupt, reject, inject, refine, or FILE.wasm (default refine)")
 	fs.Var(&prep, "prepare-step", "prepareStep hook: FILE.wasm (repeatable, in order)")
 	fs.StringVar(&fc.Model, "model", "", "model: scripted, scripted:FILE or openai (default scripted)")
@@ -131,6 +135,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	rt, err := host.New(ctx, host.Config{
 		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System,
 		MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
+		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName,
 	})
 	if err != nil {
 		return err
@@ -150,7 +155,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "recovered_runs", rt.Stats().Recovered)
+	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "lease", rt.LeaseEpoch(), "recovered_runs", rt.Stats().Recovered)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: no new inputs; runs in flight may finish", "timeout", cfg.ShutdownTimeout)
@@ -185,6 +190,11 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		}
 		src.Builtin = cfg.Store
 	case "memstore":
+		src.Builtin = cfg.Store
+	case "pgstore":
+		if cfg.StoreURL != "" {
+			dcfg["url"] = cfg.StoreURL
+		}
 		src.Builtin = cfg.Store
 	default:
 		if !strings.ContainsRune(cfg.Store, os.PathSeparator) {
