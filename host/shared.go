@@ -127,11 +127,17 @@ func cmpErr(a, b error) error {
 	return b
 }
 
-// startShared starts the heartbeat, the watch and the poll.
+// startShared starts the heartbeat, the watch and the poll. The watch is in
+// place when it returns, so a notice sent after New returns is delivered.
 func (rt *Runtime) startShared() {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt.stopShared = cancel
-	for _, loop := range []func(context.Context){rt.heartbeat, rt.watch, rt.pollLoop} {
+	ch, err := rt.sh.l.Watch(ctx)
+	if err != nil {
+		rt.log.Warn("watching the store for notices failed; polling meanwhile", "err", err)
+	}
+	watch := func(ctx context.Context) { rt.watch(ctx, ch) }
+	for _, loop := range []func(context.Context){rt.heartbeat, watch, rt.pollLoop} {
 		rt.bg.Add(1)
 		go func() {
 			defer rt.bg.Done()
@@ -191,17 +197,20 @@ func (rt *Runtime) abandonOwner(owner string) {
 
 // watch delivers the store's notices: a thread this host owns has work, or
 // one of its runs is asked to stop.
-func (rt *Runtime) watch(ctx context.Context) {
+func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 	for ctx.Err() == nil {
-		ch, err := rt.sh.l.Watch(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				rt.log.Warn("watching the store for notices failed; polling meanwhile", "err", err)
-				sleepCtx(ctx, time.Second)
+		if ch == nil {
+			var err error
+			ch, err = rt.sh.l.Watch(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					rt.log.Warn("watching the store for notices failed; polling meanwhile", "err", err)
+					sleepCtx(ctx, time.Second)
+				}
+				continue
 			}
-			continue
+			rt.pollNow() // what was sent while no watch was in place
 		}
-		rt.pollNow() // what was sent before the watch was in place
 		for n := range ch {
 			if n.ThreadID == "" || (n.Owner != 0 && n.Owner != rt.sh.epoch.Load()) {
 				continue
@@ -212,6 +221,7 @@ func (rt *Runtime) watch(ctx context.Context) {
 			}
 			rt.kick(n.ThreadID)
 		}
+		ch = nil
 	}
 }
 
