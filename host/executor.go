@@ -345,4 +345,5 @@ func (e *execution) committed(done record.Run, c runstate.CommitTerminal, droppe
 	rt.stats.terminal.add(string(done.TerminalReason))
 	rt.emit(done.ID, done.ThreadID, EventTerminal, map[string]string{"state": string(done.State), "reason": string(done.TerminalReason), "error": done.Error})
 	rt.settled(ids...)
+	rt.replySettled(done.ThreadID, ids...)
 }

@@ -302,6 +302,8 @@ func (rt *Runtime) recoverOne(ctx context.Context, r record.Run) error {
 	if runstate.IsTerminal(rec.State) {
 		rt.stats.terminal.add(string(rec.TerminalReason))
 		rt.emit(rec.ID, rec.ThreadID, EventTerminal, map[string]string{"state": string(rec.State), "reason": string(rec.TerminalReason), "error": rec.Error})
+		rt.settled(rec.ID)
+		rt.replySettled(rec.ThreadID, rec.ID)
 	}
 	return nil
 }
@@ -356,7 +358,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	if rt.sh != nil && adm.ThreadOwner != 0 && adm.ThreadOwner != rt.sh.epoch.Load() && rt.sh.isLive(adm.ThreadOwner) {
 		// Another live host owns the thread: wake it (offers stay with this
 		// process, so for that host an injected input is a queued run).
-		rt.notify(threadID, adm.ThreadOwner, adm.InterruptRunID)
+		rt.wakeOwner(threadID, adm.ThreadOwner, adm.RunID, adm.InterruptRunID)
 		return t, nil
 	}
 	if adm.InterruptRunID != "" {
@@ -425,6 +427,7 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error)
 	rt.stats.terminal.add(string(r.TerminalReason))
 	rt.emit(r.ID, r.ThreadID, EventTerminal, map[string]string{"state": string(r.State), "reason": string(r.TerminalReason)})
 	rt.settled(r.ID)
+	rt.replySettled(r.ThreadID, r.ID)
 	return r, nil
 }
 

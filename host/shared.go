@@ -59,6 +59,9 @@ type shared struct {
 
 	mu   sync.Mutex
 	live map[int64]bool // other live leases, as of the last refresh
+	// replyTo: runs of this host's threads admitted on other hosts that
+	// wait for them, by run id → those hosts' epochs.
+	replyTo map[string][]int64
 }
 
 func newShared(l driver.Leaser, cfg Config) *shared {
@@ -67,7 +70,7 @@ func newShared(l driver.Leaser, cfg Config) *shared {
 		h, _ := os.Hostname()
 		holder = fmt.Sprintf("%s/%d", h, os.Getpid())
 	}
-	return &shared{l: l, ttl: cfg.LeaseTTL, poll: cfg.PollInterval, holder: holder, live: map[int64]bool{}}
+	return &shared{l: l, ttl: cfg.LeaseTTL, poll: cfg.PollInterval, holder: holder, live: map[int64]bool{}, replyTo: map[string][]int64{}}
 }
 
 // isLive reports whether epoch's lease was live at the last refresh; this
@@ -216,6 +219,15 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 				continue
 			}
 			rt.stats.noticesReceived.Add(1)
+			if len(n.Settled) > 0 {
+				rt.settled(n.Settled...) // its waiters read the store again
+				continue
+			}
+			if n.RunID != "" && n.ReplyTo != 0 {
+				rt.sh.mu.Lock()
+				rt.sh.replyTo[n.RunID] = append(rt.sh.replyTo[n.RunID], n.ReplyTo)
+				rt.sh.mu.Unlock()
+			}
 			if n.InterruptRunID != "" {
 				rt.interrupt(n.ThreadID, n.InterruptRunID)
 			}
@@ -225,15 +237,42 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 	}
 }
 
-// notify wakes the owner of a thread. It is a hint: a failure is logged.
-func (rt *Runtime) notify(threadID string, owner int64, interruptRunID string) {
+// notify sends a notice. It is a hint: a failure is logged, and the
+// receiver finds the work (or the result) by polling.
+func (rt *Runtime) notify(n driver.Notice) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := rt.sh.l.Notify(ctx, driver.Notice{ThreadID: threadID, Owner: owner, InterruptRunID: interruptRunID}); err != nil {
-		rt.log.Warn("notifying a thread's owner failed; it will find the work by polling", "thread", threadID, "owner", owner, "err", err)
+	if err := rt.sh.l.Notify(ctx, n); err != nil {
+		rt.log.Warn("sending a notice to another host failed; it will poll", "thread", n.ThreadID, "to", n.Owner, "err", err)
 		return
 	}
 	rt.stats.noticesSent.Add(1)
+}
+
+// wakeOwner wakes the owner of a thread for a run admitted here, and asks
+// to be told when the run settles.
+func (rt *Runtime) wakeOwner(threadID string, owner int64, runID, interruptRunID string) {
+	rt.notify(driver.Notice{ThreadID: threadID, Owner: owner, InterruptRunID: interruptRunID, RunID: runID, ReplyTo: rt.sh.epoch.Load()})
+}
+
+// replySettled tells the hosts that admitted runs of this host's threads
+// that they settled.
+func (rt *Runtime) replySettled(threadID string, runIDs ...string) {
+	if rt.sh == nil {
+		return
+	}
+	to := map[int64][]string{}
+	rt.sh.mu.Lock()
+	for _, id := range runIDs {
+		for _, e := range rt.sh.replyTo[id] {
+			to[e] = append(to[e], id)
+		}
+		delete(rt.sh.replyTo, id)
+	}
+	rt.sh.mu.Unlock()
+	for e, ids := range to {
+		rt.notify(driver.Notice{ThreadID: threadID, Owner: e, Settled: ids})
+	}
 }
 
 // pollNow asks the poll loop for a pass at once.
@@ -287,7 +326,7 @@ func (rt *Runtime) fencedStart(threadID string, fe *store.FencedError) {
 		return
 	}
 	if fe.Owner != 0 && fe.Owner != rt.sh.epoch.Load() {
-		rt.notify(threadID, fe.Owner, "")
+		rt.notify(driver.Notice{ThreadID: threadID, Owner: fe.Owner})
 	}
 }
 

@@ -263,7 +263,8 @@ func TestSharedNoticeWakesOwner(t *testing.T) {
 			if answer(res) != "answered by A" || run.Owner != a.rt.Epoch() {
 				t.Fatalf("run %+v answer %q: want A, the thread's owner, to answer", run, answer(res))
 			}
-			if !lose && (b.rt.Stats().NoticesSent != 1 || a.rt.Stats().NoticesReceived < 1) {
+			// B wakes A; A tells B the run settled.
+			if !lose && (b.rt.Stats().NoticesSent != 1 || a.rt.Stats().NoticesReceived < 1 || a.rt.Stats().NoticesSent != 1 || b.rt.Stats().NoticesReceived != 1) {
 				t.Fatalf("notices: B sent %d, A received %d (A lost %d leases, epoch %s)", b.rt.Stats().NoticesSent, a.rt.Stats().NoticesReceived, a.rt.Stats().LeasesLost, a.rt.Epoch())
 			}
 		})

@@ -71,14 +71,22 @@ type Lease struct {
 	Now time.Time
 }
 
-// Notice wakes the host that owns a thread.
+// Notice is a hint between hosts: it wakes the host that owns a thread, or
+// tells a host that runs it waits for have settled. The driver carries it
+// as it is; only hosts read it.
 type Notice struct {
 	ThreadID string
-	// Owner is the epoch the notice is for (0: whoever owns the thread).
+	// Owner is the epoch the notice is for (0: every host).
 	Owner int64
 	// InterruptRunID asks the owner to stop this run, if it is executing it
 	// (an input admitted with the interrupt decision on another host).
 	InterruptRunID string
+	// RunID is the run admitted on another host, whose host ReplyTo (an
+	// epoch) has callers waiting for it and asks to be told when it settles.
+	RunID   string
+	ReplyTo int64
+	// Settled lists runs that became terminal.
+	Settled []string
 }
 
 // ErrFenced reports a commit refused by the fence: the committing lease is

@@ -2049,6 +2049,9 @@ type Notice struct {
 	ThreadId       string                 `protobuf:"bytes,1,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
 	Owner          int64                  `protobuf:"varint,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	InterruptRunId string                 `protobuf:"bytes,3,opt,name=interrupt_run_id,json=interruptRunId,proto3" json:"interrupt_run_id,omitempty"`
+	RunId          string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ReplyTo        int64                  `protobuf:"varint,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	Settled        []string               `protobuf:"bytes,6,rep,name=settled,proto3" json:"settled,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2102,6 +2105,27 @@ func (x *Notice) GetInterruptRunId() string {
 		return x.InterruptRunId
 	}
 	return ""
+}
+
+func (x *Notice) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Notice) GetReplyTo() int64 {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return 0
+}
+
+func (x *Notice) GetSettled() []string {
+	if x != nil {
+		return x.Settled
+	}
+	return nil
 }
 
 type NotifyResponse struct {
@@ -2326,11 +2350,14 @@ const file_store_proto_rawDesc = "" +
 	"\x14ReleaseLeaseResponse\"\x0f\n" +
 	"\rLeasesRequest\"C\n" +
 	"\x0eLeasesResponse\x121\n" +
-	"\x06leases\x18\x01 \x03(\v2\x19.agenthost.store.v1.LeaseR\x06leases\"e\n" +
+	"\x06leases\x18\x01 \x03(\v2\x19.agenthost.store.v1.LeaseR\x06leases\"\xb1\x01\n" +
 	"\x06Notice\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\x03R\x05owner\x12(\n" +
-	"\x10interrupt_run_id\x18\x03 \x01(\tR\x0einterruptRunId\"\x10\n" +
+	"\x10interrupt_run_id\x18\x03 \x01(\tR\x0einterruptRunId\x12\x15\n" +
+	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x19\n" +
+	"\breply_to\x18\x05 \x01(\x03R\areplyTo\x12\x18\n" +
+	"\asettled\x18\x06 \x03(\tR\asettled\"\x10\n" +
 	"\x0eNotifyResponse\"\x0e\n" +
 	"\fWatchRequest2\xe5\n" +
 	"\n" +

@@ -206,10 +206,10 @@ func LeaseFromProto(p *storepb.Lease) driver.Lease {
 
 // NoticeToProto converts a notice to its wire form.
 func NoticeToProto(n driver.Notice) *storepb.Notice {
-	return &storepb.Notice{ThreadId: n.ThreadID, Owner: n.Owner, InterruptRunId: n.InterruptRunID}
+	return &storepb.Notice{ThreadId: n.ThreadID, Owner: n.Owner, InterruptRunId: n.InterruptRunID, RunId: n.RunID, ReplyTo: n.ReplyTo, Settled: n.Settled}
 }
 
 // NoticeFromProto converts a notice from its wire form.
 func NoticeFromProto(p *storepb.Notice) driver.Notice {
-	return driver.Notice{ThreadID: p.GetThreadId(), Owner: p.GetOwner(), InterruptRunID: p.GetInterruptRunId()}
+	return driver.Notice{ThreadID: p.GetThreadId(), Owner: p.GetOwner(), InterruptRunID: p.GetInterruptRunId(), RunID: p.GetRunId(), ReplyTo: p.GetReplyTo(), Settled: p.GetSettled()}
 }
