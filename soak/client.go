@@ -4,16 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
-// Client speaks the agenthost HTTP API (docs/http-api.md) on one base URL.
+// Client speaks the agenthost HTTP API (docs/http-api.md) on one base URL,
+// or on several hosts of one store, as a load balancer would: requests take
+// turns, and one that cannot reach a host is sent to the next.
 type Client struct {
 	Base string
+	// More are further base URLs of hosts sharing Base's store.
+	More []string
 	HTTP *http.Client
+
+	turn atomic.Uint64
 }
 
 // NewClient returns a client for base (e.g. "http://127.0.0.1:7070").
@@ -80,19 +89,31 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr m
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return 0, err
+	bases := append([]string{c.Base}, c.More...)
+	first := int(c.turn.Add(1) % uint64(len(bases)))
+	var resp *http.Response
+	for i := range bases {
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, bases[(first+i)%len(bases)]+path, rd)
+		if err != nil {
+			return 0, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err = c.HTTP.Do(req)
+		if err == nil {
+			break
+		}
+		var op *net.OpError
+		if i == len(bases)-1 || ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial" {
+			return 0, err // only a host that cannot be reached is skipped
+		}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

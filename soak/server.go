@@ -25,6 +25,8 @@ type Server struct {
 	Script  string // scripted model file
 	Env     []string
 	LogPath string
+	// Args are added to the serve command line.
+	Args []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -65,7 +67,7 @@ func (s *Server) Start(ctx context.Context, c *Client) error {
 		s.mu.Unlock()
 		return err
 	}
-	cmd := exec.Command(s.Bin, "serve", "--listen", s.Addr, "--data", s.Data, "--model", "scripted:"+s.Script)
+	cmd := exec.Command(s.Bin, append([]string{"serve", "--listen", s.Addr, "--data", s.Data, "--model", "scripted:" + s.Script}, s.Args...)...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group (the driver joins it), and killed if we die.
