@@ -1,0 +1,158 @@
+package pgdriver
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/sdk/storedriver"
+)
+
+// MaxBatchBytes bounds the encoded size of one batch; a larger one is
+// driver.ErrTooLarge.
+const MaxBatchBytes = storedriver.MaxBatchBytes
+
+// args are the arguments of commit_batch for one batch.
+type args struct {
+	header             []byte
+	firstSeq, lastSeq  int64
+	runIDs, runStates  []string
+	runSeqs            []int64
+	runs               [][]byte
+	msgIDs             []string
+	msgSeqs            []int64
+	msgs               [][]byte
+	keys               []string
+	keyPayloads        [][]byte
+	openRunIDs         []string
+	size               int
+	threadID, commitID string
+	expected, version  int64
+	fence, owner       int64
+	marshalErr         error
+}
+
+// prepare checks the shape of b (storedriver.ValidateBatch and the rules a
+// batch must meet before the database sees it) and encodes its records.
+func prepare(b driver.Batch) (*args, error) {
+	if err := storedriver.ValidateBatch(b); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.Fence < 0:
+		return nil, fmt.Errorf("%w: negative fence %d", driver.ErrInvalidArgument, b.Fence)
+	case b.Fence != 0 && b.Thread.Owner != b.Fence:
+		return nil, fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner, not %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
+	case b.Thread.Owner < 0:
+		return nil, fmt.Errorf("%w: negative owner %d", driver.ErrInvalidArgument, b.Thread.Owner)
+	}
+	a := &args{threadID: b.ThreadID, commitID: b.CommitID, expected: b.ExpectedVersion, version: b.Thread.Version,
+		fence: b.Fence, owner: b.Thread.Owner, openRunIDs: b.Thread.OpenRunIDs}
+	if a.openRunIDs == nil {
+		a.openRunIDs = []string{}
+	}
+	for _, s := range append([]string{b.ThreadID, b.CommitID}, b.Thread.OpenRunIDs...) {
+		if !storable(s) {
+			return nil, fmt.Errorf("%w: %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, s)
+		}
+	}
+	marshal := func(m proto.Message) []byte {
+		if a.marshalErr != nil {
+			return nil
+		}
+		v, err := proto.Marshal(m)
+		if err != nil {
+			a.marshalErr = err
+		}
+		a.size += len(v)
+		return v
+	}
+	a.header = marshal(storedriver.ThreadToProto(b.Thread))
+	n := len(b.Runs)
+	a.runIDs, a.runStates, a.runSeqs, a.runs = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+	for i, r := range b.Runs {
+		if !storable(r.ID) {
+			return nil, fmt.Errorf("%w: run id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID)
+		}
+		a.runIDs[i], a.runStates[i], a.runSeqs[i], a.runs[i] = r.ID, string(r.State), r.Seq, marshal(storedriver.RunToProto(r))
+	}
+	n = len(b.Messages)
+	a.msgIDs, a.msgSeqs, a.msgs = make([]string, n), make([]int64, n), make([][]byte, n)
+	for i, m := range b.Messages {
+		if !storable(m.ID) {
+			return nil, fmt.Errorf("%w: message id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, m.ID)
+		}
+		if i > 0 && m.Seq <= b.Messages[i-1].Seq {
+			return nil, fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, b.Messages[i-1].Seq)
+		}
+		a.msgIDs[i], a.msgSeqs[i], a.msgs[i] = m.ID, m.Seq, marshal(storedriver.MessageToProto(m))
+	}
+	if n > 0 {
+		a.firstSeq, a.lastSeq = b.Messages[0].Seq, b.Messages[n-1].Seq
+	}
+	n = len(b.Idempotency)
+	a.keys, a.keyPayloads = make([]string, n), make([][]byte, n)
+	for i, k := range b.Idempotency {
+		if !storable(k.Key) {
+			return nil, fmt.Errorf("%w: idempotency key %q: keys must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, k.Key)
+		}
+		a.keys[i], a.keyPayloads[i] = k.Key, marshal(storedriver.IdempotencyToProto(k))
+	}
+	if a.marshalErr != nil {
+		return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, a.marshalErr)
+	}
+	if a.size > MaxBatchBytes {
+		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, a.size, MaxBatchBytes)
+	}
+	return a, nil
+}
+
+// Commit implements driver.Driver. The batch is one call of commit_batch
+// (see schema.go): one statement, prepared on the connection, one round
+// trip, one implicit transaction, in which the version and the fence are
+// checked and the records written, or nothing at all.
+//
+// It is sent again only when its failure proves it did not commit (see
+// rolledBack). When the connection fails after the batch was sent, the
+// outcome is unknown: Commit returns driver.ErrUnavailable, and the host
+// reads the thread's LastCommitID to settle it.
+func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	a, err := prepare(b)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer d.leave()
+	sent := false
+	err = d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
+		sent = false
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return err // nothing was sent
+		}
+		defer conn.Release()
+		sent = true
+		_, err = conn.Exec(ctx, d.sql.commit, a.threadID, a.expected, a.version, a.fence, a.owner,
+			a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
+			a.runIDs, a.runStates, a.runSeqs, a.runs,
+			a.msgSeqs, a.msgIDs, a.msgs,
+			a.keys, a.keyPayloads)
+		return err
+	})
+	if err == nil {
+		return b.Thread.Version, nil
+	}
+	if sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil) {
+		why := "the connection failed"
+		if ctx.Err() != nil {
+			why = ctx.Err().Error()
+		}
+		return 0, fmt.Errorf("%w: pgstore: commit %s of thread %s: outcome unknown (%s: %v); read the thread's LastCommitID",
+			driver.ErrUnavailable, b.CommitID, b.ThreadID, why, err)
+	}
+	return 0, mapOpError(ctx, err)
+}

@@ -1,0 +1,210 @@
+package pgdriver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agenthost/agenthost/abi/driver"
+)
+
+// Leases live in the table leases, by the database's clock
+// (clock_timestamp(): the time of the statement's work, not of its
+// transaction's start). A lease is live while expires_at is after the
+// clock. Release sets expires_at to the clock and marks the lease released,
+// so that no renewal in flight brings it back; renew_lease (schema.go)
+// locks the lease's row before it reads the clock, so a renewal is ordered
+// after any commit that found the lease dead and took over its threads.
+// Dead leases are deleted a day after they died (epochs are never reused:
+// they come from a sequence).
+
+func ttlMicros(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%w: lease ttl %v must be positive", driver.ErrInvalidArgument, ttl)
+	}
+	return ttl.Microseconds(), nil
+}
+
+// AcquireLease implements driver.Leaser. Retrying it after a failure may
+// leave a lease no one holds; it expires.
+func (d *Driver) AcquireLease(ctx context.Context, holder string, ttl time.Duration) (driver.Lease, error) {
+	us, err := ttlMicros(ttl)
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	if !storable(holder) {
+		return driver.Lease{}, fmt.Errorf("%w: holder %q: UTF-8 without NUL bytes", driver.ErrInvalidArgument, holder)
+	}
+	var l driver.Lease
+	err = d.read(ctx, func(ctx context.Context) error {
+		return d.pool.QueryRow(ctx, d.sql.acquire, holder, us).Scan(&l.Epoch, &l.Holder, &l.Expires, &l.Now)
+	})
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	if l.Epoch%64 == 0 { // now and then
+		_, _ = d.pool.Exec(ctx, d.sql.gcLeases)
+	}
+	return l, nil
+}
+
+// RenewLease implements driver.Leaser.
+func (d *Driver) RenewLease(ctx context.Context, epoch int64, ttl time.Duration) (driver.Lease, error) {
+	us, err := ttlMicros(ttl)
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	l := driver.Lease{Epoch: epoch}
+	err = d.read(ctx, func(ctx context.Context) error {
+		return d.pool.QueryRow(ctx, d.sql.renew, epoch, us).Scan(&l.Holder, &l.Expires, &l.Now)
+	})
+	if err != nil {
+		return driver.Lease{}, err
+	}
+	return l, nil
+}
+
+// ReleaseLease implements driver.Leaser.
+func (d *Driver) ReleaseLease(ctx context.Context, epoch int64) error {
+	return d.read(ctx, func(ctx context.Context) error {
+		_, err := d.pool.Exec(ctx, d.sql.release, epoch)
+		return err
+	})
+}
+
+// Leases implements driver.Leaser.
+func (d *Driver) Leases(ctx context.Context) ([]driver.Lease, error) {
+	var out []driver.Lease
+	err := d.read(ctx, func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := d.pool.Query(ctx, d.sql.leases)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l driver.Lease
+			if err := rows.Scan(&l.Epoch, &l.Holder, &l.Expires, &l.Now); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// notice is a Notice as the payload of a NOTIFY.
+type notice struct {
+	Thread    string `json:"thread"`
+	Owner     int64  `json:"owner,omitempty"`
+	Interrupt string `json:"interrupt_run,omitempty"`
+}
+
+// maxNoticeBytes is PostgreSQL's limit on a NOTIFY payload, less a margin.
+const maxNoticeBytes = 7900
+
+// Notify implements driver.Leaser: pg_notify on the schema's channel, which
+// every driver watching the same schema of the same database LISTENs to.
+func (d *Driver) Notify(ctx context.Context, n driver.Notice) error {
+	if n.ThreadID == "" {
+		return fmt.Errorf("%w: a notice without a thread id", driver.ErrInvalidArgument)
+	}
+	b, err := json.Marshal(notice{Thread: n.ThreadID, Owner: n.Owner, Interrupt: n.InterruptRunID})
+	if err != nil {
+		return fmt.Errorf("%w: %v", driver.ErrInvalidArgument, err)
+	}
+	if len(b) > maxNoticeBytes || !storable(string(b)) {
+		return fmt.Errorf("%w: a notice of %d bytes (the limit is %d)", driver.ErrInvalidArgument, len(b), maxNoticeBytes)
+	}
+	return d.read(ctx, func(ctx context.Context) error {
+		_, err := d.pool.Exec(ctx, d.sql.notify, d.sql.channel, string(b))
+		return err
+	})
+}
+
+// watcher is one Watch: a connection of its own that LISTENs.
+type watcher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *watcher) stop() { w.cancel() }
+
+// Watch implements driver.Leaser. It returns once its connection LISTENs,
+// so every notice sent afterwards reaches it. The channel is closed when
+// ctx ends, the driver closes, or the connection fails (reconnecting is
+// the caller's: watch again, and poll for what was missed). A watcher that
+// does not keep up loses notices: they are hints.
+func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
+	pc, err := d.cfg.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	var conn *pgx.Conn
+	err = d.retry(ctx, transient, func(ctx context.Context) error {
+		c, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{d.sql.channel}.Sanitize()); err != nil {
+			c.Close(context.Background())
+			return err
+		}
+		conn = c
+		return nil
+	})
+	d.leave()
+	if err != nil {
+		if ctx.Err() == nil && connectionLost(err) {
+			return nil, connectError(pc.ConnConfig, d.cfg.URL, err)
+		}
+		return nil, mapOpError(ctx, err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w := &watcher{cancel: cancel, done: make(chan struct{})}
+	ch := make(chan driver.Notice, 1024)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		cancel()
+		conn.Close(context.Background())
+		return nil, driver.ErrClosed
+	}
+	d.watchers[w] = struct{}{}
+	d.mu.Unlock()
+	go func() {
+		defer close(w.done)
+		defer close(ch)
+		defer conn.Close(context.Background())
+		defer func() {
+			d.mu.Lock()
+			delete(d.watchers, w) // nil map after Close: a no-op
+			d.mu.Unlock()
+		}()
+		for {
+			nt, err := conn.WaitForNotification(wctx)
+			if err != nil {
+				return // ctx ended, or the connection failed
+			}
+			var n notice
+			if json.Unmarshal([]byte(nt.Payload), &n) != nil || n.Thread == "" {
+				continue // not ours
+			}
+			select {
+			case ch <- driver.Notice{ThreadID: n.Thread, Owner: n.Owner, InterruptRunID: n.Interrupt}:
+			default: // a hint, dropped
+			}
+		}
+	}()
+	return ch, nil
+}

@@ -1,0 +1,281 @@
+package pgdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agenthost/agenthost/abi/driver"
+)
+
+// A migration is one version of the schema: SQL run in one transaction,
+// with {{s}} standing for the schema's quoted name.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations are the schema's versions, in order. A released migration is
+// never edited: a change is a new one.
+var migrations = []migration{
+	{1, "threads, runs, messages, idempotency, leases; commit_batch, renew_lease", migration1},
+}
+
+// SchemaVersion is the schema version this driver migrates to.
+var SchemaVersion = migrations[len(migrations)-1].version
+
+const migration1 = `
+CREATE TABLE {{s}}.threads (
+	id             text COLLATE "C" PRIMARY KEY,
+	version        bigint NOT NULL,
+	owner          bigint NOT NULL DEFAULT 0,     -- the lease epoch that owns the thread, 0: none
+	last_commit_id text NOT NULL,
+	last_seq       bigint NOT NULL DEFAULT 0,     -- the history's last message seq
+	open_run_ids   text[] COLLATE "C" NOT NULL DEFAULT '{}',
+	committed_at   timestamptz NOT NULL,          -- the database's time of the last commit
+	payload        bytea NOT NULL                 -- storepb.Thread
+);
+
+CREATE TABLE {{s}}.runs (
+	id        text COLLATE "C" PRIMARY KEY,
+	thread_id text COLLATE "C" NOT NULL,
+	state     text NOT NULL,
+	seq       bigint NOT NULL,
+	payload   bytea NOT NULL                      -- storepb.Run
+);
+-- ListRuns(state, after, limit): one index range scan.
+CREATE INDEX runs_state_id ON {{s}}.runs (state, id);
+
+CREATE TABLE {{s}}.messages (
+	thread_id text COLLATE "C" NOT NULL,
+	seq       bigint NOT NULL,
+	id        text COLLATE "C" NOT NULL,
+	payload   bytea NOT NULL,                     -- storepb.Message
+	CONSTRAINT messages_pkey PRIMARY KEY (thread_id, seq),  -- ReadHistory pages by it
+	CONSTRAINT messages_id_key UNIQUE (id)
+);
+
+-- The primary key is the idempotency check: a second record of a key is a
+-- unique violation, and the commit that carries it fails whole.
+CREATE TABLE {{s}}.idempotency (
+	thread_id text COLLATE "C" NOT NULL,
+	key       text COLLATE "C" NOT NULL,
+	payload   bytea NOT NULL,                     -- storepb.Idempotency
+	CONSTRAINT idempotency_pkey PRIMARY KEY (thread_id, key)
+);
+
+-- Leases (driver.Leaser), by the database's clock. Epochs come from the
+-- sequence: unique, increasing, never reused.
+CREATE SEQUENCE {{s}}.lease_epochs;
+CREATE TABLE {{s}}.leases (
+	epoch       bigint PRIMARY KEY,
+	holder      text NOT NULL,
+	acquired_at timestamptz NOT NULL,
+	renewed_at  timestamptz NOT NULL,
+	expires_at  timestamptz NOT NULL,             -- dead from then on
+	released    boolean NOT NULL DEFAULT false
+);
+
+-- commit_batch is one commit: the checks of driver.Driver.Commit and
+-- driver.Leaser, then the writes, in the caller's transaction (the implicit
+-- transaction of one statement). A refusal raises an error, so that nothing
+-- of the batch is written: AH409 version conflict, AH403 fenced, AH400
+-- invalid argument.
+CREATE FUNCTION {{s}}.commit_batch(
+	p_thread text, p_expected bigint, p_version bigint, p_fence bigint, p_owner bigint,
+	p_commit_id text, p_open text[], p_header bytea, p_first_seq bigint, p_last_seq bigint,
+	p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_keys text[], p_key_payloads bytea[]
+) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_version  bigint := 0;
+	v_owner    bigint := 0;
+	v_last_seq bigint := 0;
+	v_expires  timestamptz;
+	v_n        bigint;
+BEGIN
+	-- The thread's row, locked until the transaction ends: the commits of a
+	-- thread are serialized, and each statement below (READ COMMITTED: a
+	-- snapshot per statement) reads after the commit before this one.
+	SELECT t.version, t.owner, t.last_seq INTO v_version, v_owner, v_last_seq
+		FROM {{s}}.threads t WHERE t.id = p_thread FOR UPDATE;
+	IF NOT FOUND THEN
+		v_version := 0; v_owner := 0; v_last_seq := 0;
+	END IF;
+
+	-- 1. The version, first: a stale version is a conflict whatever the fence.
+	IF v_version <> p_expected THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH409',
+			MESSAGE = format('thread %s is at version %s, the batch expects %s', p_thread, v_version, p_expected);
+	END IF;
+
+	-- 2. The fence, by the database's clock now: clock_timestamp(), not
+	-- now(), which is when the transaction began (before any wait for the
+	-- row lock above).
+	IF p_fence = 0 THEN
+		IF p_owner <> v_owner THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403',
+				MESSAGE = format('an unfenced commit may not change the owner of thread %s (%s to %s)', p_thread, v_owner, p_owner);
+		END IF;
+	ELSE
+		IF NOT EXISTS (SELECT 1 FROM {{s}}.leases l WHERE l.epoch = p_fence AND l.expires_at > clock_timestamp()) THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403', MESSAGE = format('lease %s is not live', p_fence);
+		END IF;
+		IF v_owner <> 0 AND v_owner <> p_fence THEN
+			-- Taking the thread over from another lease, which must be dead.
+			-- Its row is locked and read again, so that a renewal in flight
+			-- (renew_lease locks it too) cannot bring it back after this
+			-- commit found it dead.
+			SELECT l.expires_at INTO v_expires FROM {{s}}.leases l WHERE l.epoch = v_owner FOR SHARE;
+			IF FOUND AND v_expires > clock_timestamp() THEN
+				RAISE EXCEPTION USING ERRCODE = 'AH403',
+					MESSAGE = format('thread %s is owned by live lease %s', p_thread, v_owner);
+			END IF;
+		END IF;
+	END IF;
+
+	-- 3. History only grows at its end.
+	IF p_first_seq > 0 AND p_first_seq <= v_last_seq THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400',
+			MESSAGE = format('message seq %s of thread %s is not after the history (at seq %s)', p_first_seq, p_thread, v_last_seq);
+	END IF;
+
+	-- The writes.
+	IF p_expected = 0 THEN
+		INSERT INTO {{s}}.threads (id, version, owner, last_commit_id, last_seq, open_run_ids, committed_at, payload)
+			VALUES (p_thread, p_version, p_owner, p_commit_id, greatest(p_last_seq, 0), p_open, clock_timestamp(), p_header)
+			ON CONFLICT (id) DO NOTHING;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH409',
+				MESSAGE = format('thread %s was first written by a concurrent commit', p_thread);
+		END IF;
+	ELSE
+		UPDATE {{s}}.threads t SET version = p_version, owner = p_owner, last_commit_id = p_commit_id,
+				last_seq = greatest(t.last_seq, p_last_seq), open_run_ids = p_open,
+				committed_at = clock_timestamp(), payload = p_header
+			WHERE t.id = p_thread;
+	END IF;
+	INSERT INTO {{s}}.idempotency (thread_id, key, payload)
+		SELECT p_thread, k.key, k.payload FROM unnest(p_keys, p_key_payloads) AS k(key, payload);
+	INSERT INTO {{s}}.messages (thread_id, seq, id, payload)
+		SELECT p_thread, m.seq, m.id, m.payload FROM unnest(p_msg_seqs, p_msg_ids, p_msgs) AS m(seq, id, payload);
+	INSERT INTO {{s}}.runs AS r (id, thread_id, state, seq, payload)
+		SELECT x.id, p_thread, x.state, x.seq, x.payload
+			FROM unnest(p_run_ids, p_run_states, p_run_seqs, p_runs) AS x(id, state, seq, payload)
+		ON CONFLICT (id) DO UPDATE SET state = excluded.state, seq = excluded.seq, payload = excluded.payload
+			WHERE r.thread_id = excluded.thread_id;
+	GET DIAGNOSTICS v_n = ROW_COUNT;
+	IF v_n <> coalesce(cardinality(p_run_ids), 0) THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400',
+			MESSAGE = format('a run of the batch belongs to another thread than %s', p_thread);
+	END IF;
+END
+$fn$;
+
+-- renew_lease extends a live lease to ttl from now, or raises AH403. The
+-- lease's row is locked before the clock is read, so that a renewal is
+-- ordered after any commit that found the lease dead (see commit_batch).
+CREATE FUNCTION {{s}}.renew_lease(p_epoch bigint, p_ttl_us bigint,
+	OUT o_holder text, OUT o_expires timestamptz, OUT o_now timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_released boolean;
+	v_expires  timestamptz;
+BEGIN
+	SELECT l.holder, l.released, l.expires_at INTO o_holder, v_released, v_expires
+		FROM {{s}}.leases l WHERE l.epoch = p_epoch FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH403', MESSAGE = format('lease %s does not exist', p_epoch);
+	END IF;
+	o_now := clock_timestamp();
+	IF v_released OR v_expires <= o_now THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH403', MESSAGE = format('lease %s is not live (it expired or was released)', p_epoch);
+	END IF;
+	o_expires := o_now + p_ttl_us * interval '1 microsecond';
+	UPDATE {{s}}.leases l SET renewed_at = o_now, expires_at = o_expires WHERE l.epoch = p_epoch;
+END
+$fn$;
+`
+
+// migrateLockKey is the key of the transaction-scoped advisory lock that
+// serializes migrations of schema across hosts.
+func migrateLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("agenthost/pgstore/migrate/" + schema))
+	return int64(h.Sum64())
+}
+
+// appliedVersion returns the highest applied migration of the schema, 0
+// when the schema or its table does not exist.
+func appliedVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, s string) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+s+".schema_migrations").Scan(&v)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") { // undefined table, invalid schema name
+		return 0, nil
+	}
+	return v, err
+}
+
+// migrate brings schema up to SchemaVersion. Each migration runs in its own
+// transaction, which first takes the schema's transaction-scoped advisory
+// lock (released with the transaction, also when the connection drops) and
+// then looks again whether another host applied it meanwhile.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	v, err := appliedVersion(ctx, pool, s)
+	if err != nil {
+		return err
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: pgstore: schema %s is at version %d, newer than this driver's %d: use a newer driver", driver.ErrInvalidArgument, schema, v, SchemaVersion)
+	}
+	if v == SchemaVersion {
+		return nil
+	}
+	key := migrateLockKey(schema)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+s+"; "+
+			"CREATE TABLE IF NOT EXISTS "+s+".schema_migrations (version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: creating schema %s: %w", schema, err)
+	}
+	for _, m := range migrations {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+				return err
+			}
+			v, err := appliedVersion(ctx, tx, s)
+			if err != nil || v >= m.version {
+				return err
+			}
+			if v != m.version-1 {
+				return fmt.Errorf("schema %s is at version %d, migration %d follows %d", schema, v, m.version, m.version-1)
+			}
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.sql, "{{s}}", s)); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO "+s+".schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("pgstore: migrating schema %s to version %d (%s): %w", schema, m.version, m.name, err)
+		}
+	}
+	return nil
+}
