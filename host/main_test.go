@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(childHostEnv); dir != "" {
 		os.Exit(childHost(dir))
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Run(m.Run))
 }
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -49,11 +50,16 @@ func launchBuiltin(tb testing.TB, name string, cfg map[string]string) *driverhos
 }
 
 // driverFactories are the drivers every scenario runs over: the in-process
-// reference driver, and memstore and badgerstore as real subprocesses.
+// reference driver, and memstore, badgerstore and pgstore as real
+// subprocesses.
 var driverFactories = map[string]func(t *testing.T) driver.Driver{
 	"memdriver":       func(t *testing.T) driver.Driver { return memdriver.New() },
 	"memstore-plugin": func(t *testing.T) driver.Driver { return launchBuiltin(t, "memstore", nil) },
 	"badgerstore-plugin": func(t *testing.T) driver.Driver {
 		return launchBuiltin(t, "badgerstore", map[string]string{"dir": t.TempDir()})
+	},
+	// pgstore has leases: over it the runtime runs as one of several hosts.
+	"pgstore-plugin": func(t *testing.T) driver.Driver {
+		return launchBuiltin(t, "pgstore", map[string]string{"url": pgtest.URL(t)})
 	},
 }

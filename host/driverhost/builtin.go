@@ -7,6 +7,7 @@ import (
 
 	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/plugins/pgstore/pgdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -19,6 +20,7 @@ const BuiltinEnv = "AGENTHOST_SERVE_DRIVER"
 var builtins = map[string]func() storedriver.Factory{
 	memdriver.Name:    func() storedriver.Factory { return memdriver.Factory },
 	badgerdriver.Name: func() storedriver.Factory { return badgerdriver.Factory{Logger: storedriver.Logger(badgerdriver.Name)} },
+	pgdriver.Name:     func() storedriver.Factory { return pgdriver.Factory{} },
 }
 
 // BuiltinNames lists the built-in drivers.
