@@ -12,13 +12,17 @@ import (
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
 // partitioned is a driver a test can cut this host off from: while down,
 // every call fails as an unreachable store does.
 type partitioned struct {
-	d    *memdriver.Driver
+	d interface {
+		driver.Driver
+		driver.Leaser
+	}
 	down atomic.Bool
 }
 
@@ -177,8 +181,34 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // another host recovers the run it was executing and answers it, and when
 // the stale host comes back, the store refuses its commit.
 func TestSharedStaleHostIsFenced(t *testing.T) {
-	d := memdriver.NewShared(nil)
-	pa := &partitioned{d: d}
+	for _, name := range sortedKeys(sharedStores) {
+		t.Run(name, func(t *testing.T) {
+			da, db := sharedStores[name](t)
+			testStaleHostIsFenced(t, da, db)
+		})
+	}
+}
+
+type leaserDriver interface {
+	driver.Driver
+	driver.Leaser
+}
+
+// sharedStores give two handles on one store with leases, as two hosts
+// have: the same memdriver, or two pgstore processes on one database.
+var sharedStores = map[string]func(t *testing.T) (a, b leaserDriver){
+	"memdriver": func(t *testing.T) (a, b leaserDriver) {
+		d := memdriver.NewShared(nil)
+		return d, d
+	},
+	"pgstore-plugin": func(t *testing.T) (a, b leaserDriver) {
+		u := pgtest.URL(t)
+		return launchBuiltin(t, "pgstore", map[string]string{"url": u}), launchBuiltin(t, "pgstore", map[string]string{"url": u})
+	},
+}
+
+func testStaleHostIsFenced(t *testing.T, da, d leaserDriver) {
+	pa := &partitioned{d: da}
 	a := newSharedHost(t, "A", pa, true)
 	tk, err := a.rt.Submit(context.Background(), "T", "hello", host.SubmitOptions{IdempotencyKey: "k1"})
 	if err != nil {
