@@ -20,19 +20,41 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agenthost/agenthost/internal/pgtest"
 )
 
 // job is one `go test -bench` command.
 type job struct {
 	pkg, bench, benchtime string
+	// dir is the module the job runs in (a module of its own under bench/),
+	// "" for the project's.
+	dir string
+	// pg: the job needs the PostgreSQL server in AGENTHOST_PG_URL.
+	pg bool
 }
 
 func (j job) args() []string {
 	return []string{"test", "-run", "^$", "-bench", j.bench, "-benchtime", j.benchtime, "-count", "1", "-timeout", "60m", j.pkg}
 }
 
+// key is the prefix of the job's results.
+func (j job) key() string {
+	if j.dir != "" {
+		return "./" + j.dir
+	}
+	return j.pkg
+}
+
 func (j job) String() string {
-	return fmt.Sprintf("go test -run '^$' -bench '%s' -benchtime %s %s", j.bench, j.benchtime, j.pkg)
+	s := fmt.Sprintf("go test -run '^$' -bench '%s' -benchtime %s %s", j.bench, j.benchtime, j.pkg)
+	if j.dir != "" {
+		s = "(cd " + j.dir + " && " + s + ")"
+	}
+	if j.pg {
+		s = "AGENTHOST_PG_URL=... " + s
+	}
+	return s
 }
 
 // results maps "pkg BenchmarkName/sub" → unit → value.
@@ -65,13 +87,33 @@ func main() {
 	out := flag.String("out", "docs/benchmarks.md", "report to write")
 	scale := flag.String("benchtime", "3s", "benchtime of the throughput benchmarks")
 	flag.Parse()
+	if err := run(*out, *scale); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out, scale string) error {
 	jobs := []job{
-		{"./plugins/badgerstore/badgerdriver", "BenchmarkCommit", *scale},
-		{"./host/driverhost", ".", *scale},
-		{"./host/wasm", "Decide", "100000x"},
-		{"./host/wasm", "Load|Instance", "10x"},
-		{"./host", "RunsEndToEnd|StepOverhead|MemoryPerQueued", *scale},
-		{"./host", "Recovery", "1x"},
+		{pkg: "./plugins/badgerstore/badgerdriver", bench: "BenchmarkCommit", benchtime: scale},
+		{pkg: "./host/driverhost", bench: ".", benchtime: scale},
+		{pkg: "./host/wasm", bench: "Decide", benchtime: "100000x"},
+		{pkg: "./host/wasm", bench: "Load|Instance", benchtime: "10x"},
+		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued", benchtime: scale},
+		{pkg: "./host", bench: "Recovery", benchtime: "1x"},
+		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: scale, pg: true},
+		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},
+	}
+	// One PostgreSQL server, with fsync on, for every job that needs one:
+	// agenthost and its peer measured on the same server in the same run.
+	pgURL := os.Getenv(pgtest.EnvURL)
+	if pgURL == "" {
+		c, err := pgtest.Start("")
+		if err != nil {
+			return fmt.Errorf("starting PostgreSQL: %w", err)
+		}
+		defer c.Stop()
+		pgURL = c.URL("postgres")
 	}
 	res := results{}
 	start := time.Now()
@@ -79,22 +121,25 @@ func main() {
 	for _, j := range jobs {
 		fmt.Fprintln(os.Stderr, "==>", j)
 		cmd := exec.Command("go", j.args()...)
+		cmd.Dir = j.dir
+		if j.pg {
+			cmd.Env = append(os.Environ(), pgtest.EnvURL+"="+pgURL)
+		}
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		err := cmd.Run()
-		parse(&buf, j.pkg, res, os.Stderr)
+		parse(&buf, j.key(), res, os.Stderr)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchreport: %s: %v\n", j, err)
-			os.Exit(1)
+			return fmt.Errorf("%s: %w", j, err)
 		}
 	}
 	var b strings.Builder
 	writeReport(&b, res, jobs, machine(), start, time.Since(start), load0, loadavg())
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "benchreport:", err)
-		os.Exit(1)
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		return err
 	}
-	fmt.Fprintln(os.Stderr, "wrote", *out)
+	fmt.Fprintln(os.Stderr, "wrote", out)
+	return nil
 }
 
 func machine() string {

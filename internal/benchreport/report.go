@@ -78,10 +78,23 @@ func sections() []section {
 		row{label: "recovery of 100,000 runs over badgerstore through the plugin (s)", key: host + " BenchmarkRecovery/driver=badgerstore-plugin", unit: "s/recovery", peerLabel: "memdriver", peerKey: host + " BenchmarkRecovery/driver=memdriver", peerUnit: "s/recovery", target: "≤ 5 s", met: atMost(5)},
 		row{label: "host memory per queued run (bytes)", key: host + " BenchmarkMemoryPerQueuedRun", unit: "hostB/queued-run", target: "≤ 2 KiB", met: atMost(2048)},
 	)
+	const dbos = "./bench/dbospeer"
+	peerKey := dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64"
+	ahead := func(_, r float64) bool { return r > 1 }
+	pg := []row{
+		{label: "runs/s over pgstore, 1 host, 64 clients", key: host + " BenchmarkPgRunsEndToEnd/hosts=1/clients=64", unit: "runs/s",
+			peerLabel: "DBOS Transact, one-step workflow, 64 clients", peerKey: peerKey, peerUnit: "runs/s", target: "ahead of the peer (ratio > 1)", met: ahead},
+		{label: "runs/s over pgstore, 3 hosts, 64 clients", key: host + " BenchmarkPgRunsEndToEnd/hosts=3/clients=64", unit: "runs/s",
+			peerLabel: "DBOS Transact, one-step workflow, 64 clients", peerKey: peerKey, peerUnit: "runs/s", target: "ahead of the peer (ratio > 1)", met: ahead},
+		{label: "runs/s over pgstore, 3 hosts, 64 clients", key: host + " BenchmarkPgRunsEndToEnd/hosts=3/clients=64", unit: "runs/s",
+			peerLabel: "1 host", peerKey: host + " BenchmarkPgRunsEndToEnd/hosts=1/clients=64", peerUnit: "runs/s"},
+		{label: "DBOS Transact, one-step workflow, 1 client (runs/s)", key: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=1", unit: "runs/s"},
+	}
 	return []section{
 		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
+		{title: "Several hosts on PostgreSQL, and a peer", about: "agenthost over pgstore (each host a runtime with its own driver subprocess, one database) against DBOS Transact for Go running a durable workflow with one step (bench/dbospeer, a module of its own), on the same PostgreSQL server (fsync on) in the same run. Each client submits with an idempotency key (DBOS: the workflow id) and waits for the answer before the next.", jobs: []int{6, 7}, rows: pg},
 	}
 }
 

@@ -22,7 +22,12 @@ BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	  
 		t.Fatalf("parsed %v", res)
 	}
 	var b strings.Builder
-	writeReport(&b, res, []job{{"a", "b", "1s"}, {"c", "d", "1s"}, {"e", "f", "1x"}, {"g", "h", "1x"}, {"i", "j", "1s"}, {"k", "l", "1x"}}, "test machine", time.Unix(0, 0), time.Second, "1", "2")
+	parse(strings.NewReader(`BenchmarkPgRunsEndToEnd/hosts=1/clients=64-2   	    9000	    300000 ns/op	      900 runs/s
+`), "./host", res, io.Discard)
+	parse(strings.NewReader(`BenchmarkDBOSOneStepWorkflow/concurrency=64-2   	    9000	    300000 ns/op	      600 runs/s
+`), "./bench/dbospeer", res, io.Discard)
+	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}}
+	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
 	out := b.String()
 	for _, want := range []string{
 		"| badgerstore through the plugin, 64 threads | 3,260 | badger in process (same durability, group commit) | 17,020 | 0.192× | ≥ 0.5× in process and ≥ 20,000 commits/s | **not met** |",
@@ -31,6 +36,8 @@ BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	  
 		"| recovery of 100,000 runs over badgerstore through the plugin (s) | – |",
 		"not measured",
 		"Machine: test machine",
+		"| runs/s over pgstore, 1 host, 64 clients | 900 | DBOS Transact, one-step workflow, 64 clients | 600 | 1.5× | ahead of the peer (ratio > 1) | met |",
+		"AGENTHOST_PG_URL=... (cd bench/dbospeer && go test -run '^$' -bench 'D' -benchtime 3s .)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q\n%s", want, out)
