@@ -70,8 +70,9 @@ type Options struct {
 
 // Store is the store layer over one driver. It is safe for concurrent use.
 type Store struct {
-	d   driver.Driver
-	opt Options
+	d     driver.Driver
+	opt   Options
+	snaps snapCache
 }
 
 // New returns a store layer over d.
@@ -97,7 +98,7 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
-	return &Store{d: d, opt: opt}
+	return &Store{d: d, opt: opt, snaps: snapCache{m: map[string]driver.ThreadSnapshot{}, max: 4096}}
 }
 
 // NewID returns prefix + "_" + a time-ordered UUID (version 7) in hex.
@@ -148,7 +149,10 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		ThreadID: sub.ThreadID, Key: sub.Key, Content: sub.Content, Hint: sub.Hint, Metadata: sub.Metadata,
 		RunID: s.opt.NewID("run"), InputMessageID: s.opt.NewID("msg"), AssistantMessageID: s.opt.NewID("msg"),
 	}
-	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, 0, func(snap runstate.Snapshot) (runstate.Effects, error) {
+	// An admission reads the thread fresh: its policy decides from it, and a
+	// decision (a rejection) that no commit checks must not come from a
+	// stale snapshot.
+	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, 0, false, func(snap runstate.Snapshot) (runstate.Effects, error) {
 		m.Now = s.opt.Now()
 		m.Decision = nil
 		eff, err := runstate.Reduce(snap, m)
@@ -253,7 +257,7 @@ func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
 }
 
 func (s *Store) reduce(ctx context.Context, threadID string, fence int64, mut func() runstate.Mutation) (runstate.Effects, error) {
-	return s.apply(ctx, threadID, "", fence, func(snap runstate.Snapshot) (runstate.Effects, error) {
+	return s.apply(ctx, threadID, "", fence, true, func(snap runstate.Snapshot) (runstate.Effects, error) {
 		return runstate.Reduce(snap, mut())
 	})
 }
@@ -261,19 +265,45 @@ func (s *Store) reduce(ctx context.Context, threadID string, fence int64, mut fu
 // apply runs the optimistic loop: load, reduce, commit conditionally, retry
 // on conflict. A fence other than 0 fences the commit by that lease epoch,
 // which becomes the thread's owner (see driver.Leaser).
-func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, reduce func(runstate.Snapshot) (runstate.Effects, error)) (runstate.Effects, error) {
+func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, useCache bool, reduce func(runstate.Snapshot) (runstate.Effects, error)) (runstate.Effects, error) {
 	if threadID == "" {
 		return runstate.Effects{}, fmt.Errorf("%w: empty thread id", runstate.ErrInvalid)
 	}
+	// The first attempt may start from the snapshot this store layer's own
+	// last commit on the thread left (no read); whatever it decides is
+	// either checked by the commit's version, or redone from a fresh read.
+	var cached driver.ThreadSnapshot
+	fromCache := false
+	if useCache {
+		cached, fromCache = s.snaps.get(threadID)
+	}
 	for attempt := 0; attempt < s.opt.MaxRetries; attempt++ {
-		// Load the thread before the key: an admission that writes the key
-		// after this load also moves the version, so this commit conflicts.
-		ts, err := s.d.LoadThread(ctx, threadID)
-		if err != nil {
-			return runstate.Effects{}, fmt.Errorf("loading thread %s: %w", threadID, err)
+		ts := cached
+		if !fromCache {
+			// Load the thread before the key: an admission that writes the
+			// key after this load also moves the version, so this commit
+			// conflicts.
+			var err error
+			if ts, err = s.d.LoadThread(ctx, threadID); err != nil {
+				return runstate.Effects{}, fmt.Errorf("loading thread %s: %w", threadID, err)
+			}
+		}
+		// redo starts the attempt again from a fresh read: a decision made
+		// from a cached snapshot that no commit would check.
+		redo := func() bool {
+			if !fromCache {
+				return false
+			}
+			fromCache = false
+			s.snaps.forget(threadID)
+			attempt--
+			return true
 		}
 		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs}
 		if o := ts.Thread.Owner; fence != 0 && o != 0 && o != fence && s.opt.OwnerLive(o) {
+			if redo() {
+				continue
+			}
 			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: o}
 		}
 		if key != "" {
@@ -287,6 +317,9 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, re
 		}
 		eff, err := reduce(snap)
 		if err != nil || eff.Empty() {
+			if redo() {
+				continue
+			}
 			return eff, err
 		}
 		b := Batch(snap.Thread.Version, eff, s.opt.NewID("commit"))
@@ -298,8 +331,13 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, re
 		if s.opt.ObserveCommit != nil {
 			s.opt.ObserveCommit(time.Since(began), err)
 		}
+		fromCache = false
+		if err != nil {
+			s.snaps.forget(threadID)
+		}
 		switch {
 		case err == nil:
+			s.snaps.put(b, snap.Open, eff.RunRecords)
 			return eff, nil
 		case errors.Is(err, driver.ErrVersionConflict):
 			if err := ctx.Err(); err != nil {

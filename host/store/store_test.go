@@ -324,3 +324,46 @@ func TestScanRecoverableAndRecover(t *testing.T) {
 		t.Fatalf("cancel unknown: %v", err)
 	}
 }
+
+// A store layer starts a mutation from the snapshot its own last commit left;
+// another writer makes that stale, and nothing is then decided from it: a
+// commit from it conflicts and is redone, and a refusal (nothing queued) is
+// checked against a fresh read.
+func TestStaleSnapshotDecidesNothing(t *testing.T) {
+	ctx := context.Background()
+	s1, d := newStore(t)
+	s2 := store.New(d, store.Options{})
+	a := mustAdmit(t, s1, store.Submission{ThreadID: "T", Content: "one"}, nil)
+	if _, err := s1.Start(ctx, "T", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	// s2 queues a run behind the active one: s1's snapshot is now stale.
+	b := mustAdmit(t, s2, store.Submission{ThreadID: "T", Content: "two"}, decideAlways(runstate.ActionQueue, false))
+	done, _, err := s1.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: a.RunID, Owner: "h1", Reason: record.ReasonCompleted, Answer: "ok"})
+	if err != nil || done.State != record.StateCompleted {
+		t.Fatalf("terminal commit from a stale snapshot: %+v, %v", done, err)
+	}
+	snap, err := d.LoadThread(ctx, "T")
+	if err != nil || len(snap.Runs) != 1 || snap.Runs[0].ID != b.RunID || snap.Runs[0].State != record.StateQueued {
+		t.Fatalf("after the commit: %+v, %v; want %s still queued", snap, err, b.RunID)
+	}
+	// s1's snapshot now says nothing is queued after its commit... but s2
+	// admits again before s1 starts: the start must find it.
+	if _, _, err := s2.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: b.RunID, Owner: "h2", Reason: record.ReasonCompleted}); err == nil {
+		t.Fatal("b is queued, not active: its terminal commit must be refused")
+	}
+	c := mustAdmit(t, s2, store.Submission{ThreadID: "T", Content: "three"}, decideAlways(runstate.ActionQueue, false))
+	for _, want := range []string{b.RunID, c.RunID} {
+		run, err := s1.Start(ctx, "T", "h1")
+		if err != nil || run.ID != want {
+			t.Fatalf("start: %s, %v; want %s", run.ID, err, want)
+		}
+		if _, _, err := s1.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: want, Owner: "h1", Reason: record.ReasonCompleted, Answer: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2Admit := mustAdmit(t, s2, store.Submission{ThreadID: "T", Content: "four"}, nil)
+	if run, err := s1.Start(ctx, "T", "h1"); err != nil || run.ID != s2Admit.RunID {
+		t.Fatalf("start after another writer's admission to the idle thread: %s, %v; want %s", run.ID, err, s2Admit.RunID)
+	}
+}
