@@ -13,7 +13,7 @@ SEEDS ?= 20000
 all: build
 
 # Driver binaries built by `make build`, as bin/agenthost-<name>.
-DRIVERS  ?= memstore badgerstore
+DRIVERS  ?= memstore badgerstore pgstore
 PROTOC   ?= protoc
 PROTO_INCLUDE ?= /usr/include
 

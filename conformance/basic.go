@@ -47,6 +47,9 @@ func testInfo(c *C) {
 	if slices.Contains(c.s.opts.Tiers, TierDurable) && !info.Durable {
 		c.Errorf("handshake.durability-claim", "the durable tier is claimed but Info says the driver is not durable")
 	}
+	if slices.Contains(c.s.opts.Tiers, TierLeases) && !info.Leases {
+		c.Errorf("handshake.leases-claim", "the leases tier is claimed but Info says the driver has no leases")
+	}
 }
 
 // bigBatch is a multi-record batch on a new thread: three runs, four

@@ -26,6 +26,7 @@ var brokenDrivers = map[string]string{
 	"history-reversed":   "reads.history-order",
 	"idempotency-global": "reads.idempotency-by-thread",
 	"paging-skips":       "index.paging",
+	"ignores-fence":      "leases.fence-foreign-owner",
 }
 
 // brokenFactory returns the factory of broken driver name, nil if none.
@@ -34,7 +35,11 @@ func brokenFactory(name string) storedriver.Factory {
 		return nil
 	}
 	return storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
-		return &broken{Driver: memdriver.New(), name: name, firstState: map[string]record.RunState{}, keyThread: map[string]string{}}, nil
+		d := memdriver.New()
+		if name == "ignores-fence" {
+			d = memdriver.NewShared(nil) // with leases
+		}
+		return &broken{Driver: d, name: name, firstState: map[string]record.RunState{}, keyThread: map[string]string{}, owner: map[string]int64{}}, nil
 	})
 }
 
@@ -45,6 +50,7 @@ type broken struct {
 	mu         sync.Mutex
 	firstState map[string]record.RunState // stale-state-index
 	keyThread  map[string]string          // idempotency-global: key → first thread
+	owner      map[string]int64           // ignores-fence: thread → the owner its last batch named
 }
 
 func (b *broken) Info(ctx context.Context) (driver.Info, error) {
@@ -62,6 +68,18 @@ func (b *broken) Commit(ctx context.Context, bt driver.Batch) (int64, error) {
 		if len(bt.Runs) > 1 {
 			bt.Runs = bt.Runs[:1]
 		}
+	case "ignores-fence":
+		// Checks the version, writes the owner the batch names, and looks
+		// at no lease: the memdriver underneath keeps every owner 0.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		owner := bt.Thread.Owner
+		bt.Fence, bt.Thread.Owner = 0, 0
+		v, err := b.Driver.Commit(ctx, bt)
+		if err == nil {
+			b.owner[bt.ThreadID] = owner
+		}
+		return v, err
 	case "ignores-version":
 		snap, err := b.Driver.LoadThread(ctx, bt.ThreadID)
 		if err == nil && bt.ExpectedVersion != snap.Thread.Version && bt.Thread.Version == bt.ExpectedVersion+1 {
@@ -119,6 +137,16 @@ func (b *broken) ListRuns(ctx context.Context, st record.RunState, after string,
 		return runs[:min(len(runs), limit)], err
 	}
 	return b.Driver.ListRuns(ctx, st, after, limit)
+}
+
+func (b *broken) LoadThread(ctx context.Context, th string) (driver.ThreadSnapshot, error) {
+	snap, err := b.Driver.LoadThread(ctx, th)
+	if b.name == "ignores-fence" && err == nil {
+		b.mu.Lock()
+		snap.Thread.Owner = b.owner[th]
+		b.mu.Unlock()
+	}
+	return snap, err
 }
 
 func (b *broken) ReadHistory(ctx context.Context, th string, afterSeq int64, limit int) ([]record.Message, error) {

@@ -23,14 +23,23 @@
 // The suite has a version (Version) that every report carries and that
 // keys the host's certificates. It is organised in groups (handshake,
 // atomicity, concurrency, reads, indexes, badinput, scale, durability,
-// crash, shared, semantics), each case checking named rules
+// crash, leases, shared, semantics), each case checking named rules
 // ("atomicity.absorbing-pair", "index.list-by-state", ...); a failure names
 // the rules broken. Cases belong to capability tiers: basic (every driver),
 // durable (claimed by driver.Info.Durable: kill -9 the driver process during
 // a stream of commits, and at each fault point of the driver SDK, see
 // storedriver.FaultEnv; every acknowledged commit survives, no batch lands in
-// part) and shared (several driver processes on one data set; claimed
-// through Options.Tiers, skipped otherwise). Profiles: Quick is the gate
+// part), leases (claimed by driver.Info.Leases: every rule of
+// driver.Leaser, by the store's clock, with no timing that can flake: a
+// lease that must be dead is waited well past its expiry) and shared
+// (several driver processes on one data set, seeing each other's commits,
+// leases and notices and fencing each other; claimed through Options.Tiers,
+// skipped otherwise).
+//
+// A driver whose data lives outside its instance's data directory (pgstore,
+// in a database) gets a place of its own there per directory and is told
+// to remove it afterwards: a Factory that is a Cleaner (WithCleanup);
+// BuiltinScratch says how for each built-in driver. Profiles: Quick is the gate
 // and runs every group with small sizes; Full adds 10k runs across 1k
 // threads, 1 MiB messages and longer commit streams.
 //

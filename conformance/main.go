@@ -54,7 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("run", "", "run only the cases whose group/name contains `TEXT`")
 	var tiers, configs multi
 	fs.Var(&tiers, "tier", "claim `TIER` (durable, shared) on top of what the driver's info claims; repeatable")
-	fs.Var(&configs, "config", "driver configuration `KEY=VALUE` for a binary; {dir} is the instance's scratch data directory; repeatable (default dir={dir})")
+	fs.Var(&configs, "config", "driver configuration `KEY=VALUE`; for a binary, {dir} is the instance's scratch data directory (default dir={dir}); for a built-in, the configuration it runs with (pgstore: url=postgres://..., tested in scratch schemas); repeatable")
 	noConfig := fs.Bool("no-config", false, "open a driver binary with no configuration at all")
 
 	// Flags may come before or after DRIVER.
@@ -96,8 +96,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		f = Binary(target, cfg)
 	case slices.Contains(driverhost.BuiltinNames(), target):
+		launch := map[string]string{}
+		for _, kv := range configs {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(stderr, "conformance: --config %q: want KEY=VALUE\n", kv)
+				return ExitUsage
+			}
+			launch[k] = v
+		}
 		var err error
-		if f, err = Builtin(target); err != nil {
+		if f, err = BuiltinWith(target, launch); err != nil {
 			fmt.Fprintln(stderr, "conformance:", err)
 			return ExitUsage
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -38,9 +39,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	return testbin.Run([]string{"memstore", "badgerstore"}, func(b map[string]string, why string) int {
+	return testbin.Run([]string{"memstore", "badgerstore", "pgstore"}, func(b map[string]string, why string) int {
 		bins, noBins = b, why
-		return m.Run()
+		return pgtest.Run(m.Run)
 	})
 }
 

@@ -137,7 +137,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "suite\t%s %s, profile %s\n", SuiteName, r.SuiteVersion, r.Profile)
 	fmt.Fprintf(tw, "target\t%s\n", r.Target)
-	fmt.Fprintf(tw, "driver\t%s %s (protocol %d, durable %v)\n", r.Driver.Name, r.Driver.Version, r.Driver.ProtocolVersion, r.Driver.Durable)
+	fmt.Fprintf(tw, "driver\t%s %s (protocol %d, durable %v, leases %v)\n", r.Driver.Name, r.Driver.Version, r.Driver.ProtocolVersion, r.Driver.Durable, r.Driver.Leases)
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "STATUS\tCASE\tTIER\tTIME\tRULES")
 	for _, res := range r.Results {

@@ -45,7 +45,11 @@ func Run(t *testing.T, f Factory, opts Options) *Report {
 	// The in-process contract of the driver SDK, on instances of f.
 	t.Run("contract", func(t *testing.T) {
 		storedrivertest.Run(t, func(t *testing.T) driver.Driver {
-			in, err := f.Start(context.Background(), t.TempDir(), nil)
+			dir := t.TempDir()
+			if cl, ok := f.(Cleaner); ok {
+				t.Cleanup(func() { _ = cl.Clean(context.Background(), dir) }) // after the contract closes the instance
+			}
+			in, err := f.Start(context.Background(), dir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

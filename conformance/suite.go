@@ -14,7 +14,7 @@ import (
 // Version is the version of the suite. It appears in every report and keys
 // the host's certificates: a driver certified by another version of the
 // suite is certified again.
-const Version = "1.0.0"
+const Version = "1.1.0"
 
 // Tier is a capability tier a driver claims.
 type Tier string
@@ -27,14 +27,18 @@ const (
 	// process, and a commit cut by a crash is whole or absent. Claimed by
 	// driver.Info.Durable.
 	TierDurable Tier = "durable"
+	// TierLeases: the rules of driver.Leaser (leases by the store's clock,
+	// fenced commits, notices). Claimed by driver.Info.Leases.
+	TierLeases Tier = "leases"
 	// TierShared: several driver processes on the same data (several hosts
 	// on one database) see each other's commits and fence each other by
-	// version. Claimed only through Options.Tiers.
+	// version, and, with leases, by fence. Claimed only through
+	// Options.Tiers.
 	TierShared Tier = "shared"
 )
 
 // Tiers lists the tiers in order.
-var Tiers = []Tier{TierBasic, TierDurable, TierShared}
+var Tiers = []Tier{TierBasic, TierDurable, TierLeases, TierShared}
 
 // Profile says how much of the suite runs.
 type Profile string
@@ -53,8 +57,9 @@ const (
 type Options struct {
 	// Profile is Quick (default) or Full.
 	Profile Profile
-	// Tiers are claimed on top of basic, and durable when Info says so.
-	// Claiming durable for a driver whose Info is not durable is a failure.
+	// Tiers are claimed on top of basic, and durable and leases when Info
+	// says so. Claiming durable (leases) for a driver whose Info is not
+	// durable (has no leases) is a failure.
 	Tiers []Tier
 	// ScratchDir is where the suite makes the data directories of the
 	// instances it starts. Default: the system temp dir.
@@ -97,6 +102,7 @@ type DriverInfo struct {
 	Name            string `json:"name"`
 	Version         string `json:"version"`
 	Durable         bool   `json:"durable"`
+	Leases          bool   `json:"leases,omitempty"`
 }
 
 // Report is the outcome of a run of the suite.
@@ -160,7 +166,7 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 	}
 	for _, t := range opts.Tiers {
 		if !slices.Contains(Tiers, t) {
-			return nil, fmt.Errorf("unknown tier %q (want basic, durable or shared)", t)
+			return nil, fmt.Errorf("unknown tier %q (want basic, durable, leases or shared)", t)
 		}
 	}
 	rep := &Report{Suite: SuiteName, SuiteVersion: Version, Profile: opts.Profile, Target: f.String(), Started: time.Now()}
@@ -170,9 +176,13 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("scratch directory: %w", err)
 	}
 	defer os.RemoveAll(scratch)
+	s := &suite{f: f, opts: opts, scratch: scratch}
+	// Instances are closed before their data is cleaned (see Cleaner):
+	// this runs after the shared instance's close below.
+	defer s.clean()
 
 	// Handshake: start once to learn what the driver claims.
-	info, err := probe(ctx, f, scratch)
+	info, err := s.probe(ctx)
 	if err != nil {
 		rep.Error = err.Error()
 		res := Result{Group: "handshake", Name: "start", Tier: TierBasic, Status: Fail, Rules: []string{"handshake.start"}, Message: err.Error()}
@@ -185,7 +195,7 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 	rep.Driver = info
 	rep.Claimed = claimed(info, opts.Tiers)
 
-	s := &suite{f: f, opts: opts, info: info, claimed: rep.Claimed, scratch: scratch}
+	s.info, s.claimed = info, rep.Claimed
 	defer func() {
 		if s.shared != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -208,12 +218,13 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-func probe(ctx context.Context, f Factory, scratch string) (DriverInfo, error) {
-	dir, err := os.MkdirTemp(scratch, "probe-")
+func (s *suite) probe(ctx context.Context) (DriverInfo, error) {
+	dir, err := os.MkdirTemp(s.scratch, "probe-")
 	if err != nil {
 		return DriverInfo{}, err
 	}
-	in, err := f.Start(ctx, dir, nil)
+	s.dirs = append(s.dirs, dir)
+	in, err := s.f.Start(ctx, dir, nil)
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("starting the driver: %w", err)
 	}
@@ -222,13 +233,30 @@ func probe(ctx context.Context, f Factory, scratch string) (DriverInfo, error) {
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("driver info: %w", err)
 	}
-	return DriverInfo{ProtocolVersion: info.ProtocolVersion, Name: info.Name, Version: info.Version, Durable: info.Durable}, nil
+	return DriverInfo{ProtocolVersion: info.ProtocolVersion, Name: info.Name, Version: info.Version, Durable: info.Durable, Leases: info.Leases}, nil
+}
+
+// clean removes what the instances on the suite's data directories keep
+// outside them, when the factory is a Cleaner.
+func (s *suite) clean() {
+	cl, ok := s.f.(Cleaner)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, dir := range s.dirs {
+		_ = cl.Clean(ctx, dir) // what is left is harmless (see Cleaner)
+	}
 }
 
 func claimed(info DriverInfo, extra []Tier) []Tier {
 	out := []Tier{TierBasic}
 	if info.Durable || slices.Contains(extra, TierDurable) {
 		out = append(out, TierDurable)
+	}
+	if info.Leases || slices.Contains(extra, TierLeases) {
+		out = append(out, TierLeases)
 	}
 	if slices.Contains(extra, TierShared) {
 		out = append(out, TierShared)
@@ -280,6 +308,7 @@ type suite struct {
 	info    DriverInfo
 	claimed []Tier
 	scratch string
+	dirs    []string // every data directory made, for clean
 	// shared is one instance that the cases which need no data set of
 	// their own share, each on threads and runs of its own (the cases that
 	// list every run, or kill and relaunch, start their own). It is
@@ -397,6 +426,7 @@ func (c *C) newDir() string {
 	if err != nil {
 		c.Fatalf("suite.scratch", "scratch directory: %v", err)
 	}
+	c.s.dirs = append(c.s.dirs, dir)
 	return dir
 }
 

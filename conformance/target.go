@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/storepb"
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/plugins/pgstore/pgdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -41,6 +42,29 @@ type Instance interface {
 	// Pid is the driver process's id, 0 in this process.
 	Pid() int
 }
+
+// Cleaner is implemented by a Factory whose instances keep data outside
+// their data directory: a schema in a database server, say. The suite calls
+// Clean with every data directory it started instances on, once they are
+// closed and it is done with them, and removes the directories itself.
+// What a failed or skipped Clean leaves must be harmless: data no instance
+// on another directory ever sees.
+type Cleaner interface {
+	Clean(ctx context.Context, dir string) error
+}
+
+// WithCleanup returns f, with clean removing the data of the instances on
+// a directory (see Cleaner).
+func WithCleanup(f Factory, clean func(ctx context.Context, dir string) error) Factory {
+	return &cleaning{Factory: f, clean: clean}
+}
+
+type cleaning struct {
+	Factory
+	clean func(ctx context.Context, dir string) error
+}
+
+func (c *cleaning) Clean(ctx context.Context, dir string) error { return c.clean(ctx, dir) }
 
 // ErrCannotKill: the instance runs in this process and cannot be killed,
 // so the durable tier cannot be checked on it.
@@ -70,23 +94,66 @@ func Launched(name string, cfg driverhost.Config, config ConfigFunc) Factory {
 
 // Builtin tests the built-in driver name, served by the running binary
 // re-executed (driverhost.Builtin): the binary must call
-// driverhost.ServeBuiltin when driverhost.BuiltinEnv is set. memstore gets
-// no configuration, badgerstore its data directory.
+// driverhost.ServeBuiltin when driverhost.BuiltinEnv is set. Its scratch
+// instances are BuiltinScratch(name, nil)'s: pgstore needs BuiltinWith.
 func Builtin(name string) (Factory, error) {
+	return BuiltinWith(name, nil)
+}
+
+// BuiltinWith tests the built-in driver name as Builtin does, its scratch
+// instances those of BuiltinScratch(name, launch).
+func BuiltinWith(name string, launch map[string]string) (Factory, error) {
 	cfg, err := driverhost.Builtin(name, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &process{name: "builtin:" + name, cfg: cfg, config: BuiltinConfig(name)}, nil
+	sc := BuiltinScratch(name, launch)
+	var f Factory = &process{name: "builtin:" + name, cfg: cfg, config: sc.Config}
+	if sc.Clean != nil {
+		f = WithCleanup(f, sc.Clean)
+	}
+	return f, nil
 }
 
 // BuiltinConfig is the configuration of a scratch instance of the built-in
-// driver name on dir.
+// driver name on dir, for a driver whose scratch instances need nothing of
+// its launch configuration (BuiltinScratch(name, nil).Config).
 func BuiltinConfig(name string) ConfigFunc {
-	if name == "memstore" {
-		return NoConfig
+	return BuiltinScratch(name, nil).Config
+}
+
+// Scratch says how the suite makes the scratch instances of a driver.
+type Scratch struct {
+	// Config is the configuration of an instance on a data directory.
+	Config ConfigFunc
+	// Clean removes the data of the instances on a directory that lives
+	// outside it (see Cleaner); nil when there is none.
+	Clean func(ctx context.Context, dir string) error
+}
+
+// BuiltinScratch returns the scratch instances of the built-in driver name
+// that runs with configuration launch (the user's): memstore gets no
+// configuration, badgerstore its data directory, and pgstore the same
+// server and database as launch's url (and its pool settings) in a schema
+// of the data directory's own (pgdriver.ScratchSchema), never the user's
+// tables, dropped by Clean.
+func BuiltinScratch(name string, launch map[string]string) Scratch {
+	switch name {
+	case "memstore":
+		return Scratch{Config: NoConfig}
+	case pgdriver.Name:
+		launch = maps.Clone(launch)
+		return Scratch{
+			Config: func(dir string) map[string]string { return pgdriver.ScratchConfig(launch, dir) },
+			Clean: func(ctx context.Context, dir string) error {
+				if launch["url"] == "" {
+					return nil // no instance could start
+				}
+				return pgdriver.DropScratch(ctx, launch, dir)
+			},
+		}
 	}
-	return DirConfig
+	return Scratch{Config: DirConfig}
 }
 
 type process struct {

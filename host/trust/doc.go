@@ -20,6 +20,9 @@
 // The suite runs on scratch data under DIR/drivers/scratch, never on the
 // user's: the driver's configuration for the scratch instance is the
 // configuration it will run with, its "dir" key pointed at scratch (see
-// Source.ScratchConfig). The host's environment is never passed to a
+// Source.ScratchConfig). The built-in pgstore keeps its data in a database,
+// not a directory: its scratch instances use the database it is launched
+// with, each in a schema of its own named after its scratch directory
+// (conformance.BuiltinScratch), dropped when the suite ends. The host's environment is never passed to a
 // driver (driverhost.Config.Env is its whole environment).
 package trust

@@ -61,7 +61,9 @@ type Source struct {
 	// Env is the driver process's whole environment (its own config).
 	Env []string
 	// ScratchConfig is the configuration of a scratch instance on dir. Nil:
-	// for a built-in, conformance.BuiltinConfig; otherwise the driver's
+	// for a built-in, conformance.BuiltinScratch's for the configuration it
+	// is launched with (pgstore: the same database, a scratch schema, dropped
+	// after the suite); otherwise the driver's
 	// launch configuration with its "dir" key, if any, set to dir.
 	ScratchConfig conformance.ConfigFunc
 }
@@ -216,6 +218,7 @@ type resolved struct {
 	sum    string // hex SHA-256 of it
 	key    string
 	config conformance.ConfigFunc
+	clean  func(ctx context.Context, dir string) error // nil: scratch data lives in dir alone
 	env    []string
 }
 
@@ -228,7 +231,8 @@ func (g *Gate) resolve(src Source, launch map[string]string) (*resolved, error) 
 		}
 		r.path, r.env = cfg.Path, append(cfg.Env, r.env...)
 		if r.config == nil {
-			r.config = conformance.BuiltinConfig(src.Builtin)
+			sc := conformance.BuiltinScratch(src.Builtin, launch)
+			r.config, r.clean = sc.Config, sc.Clean
 		}
 	}
 	if r.path == "" {
@@ -363,6 +367,9 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 	}
 	g.opts.Logger.Info("certifying store driver", "driver", src.String(), "sha256", r.sum, "suite", conformance.Version, "profile", g.opts.Profile)
 	f := conformance.Launched(src.String(), driverhost.Config{Path: bin, Checksum: sum, Env: r.env, Logger: g.opts.Logger}, r.config)
+	if r.clean != nil {
+		f = conformance.WithCleanup(f, r.clean)
+	}
 	rep, err := conformance.Check(ctx, f, conformance.Options{Profile: g.opts.Profile, ScratchDir: scratch, Progress: g.opts.Progress})
 	if err != nil {
 		return Certificate{}, nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
+	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
@@ -98,7 +99,7 @@ func (l lossy) Info(ctx context.Context) (driver.Info, error) {
 func run(m *testing.M) int {
 	return testbin.Run([]string{"badgerstore"}, func(b map[string]string, why string) int {
 		bins, noBins = b, why
-		return m.Run()
+		return pgtest.Run(m.Run)
 	})
 }
 

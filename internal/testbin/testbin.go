@@ -13,6 +13,7 @@ import (
 var Drivers = map[string]string{
 	"memstore":    "github.com/agenthost/agenthost/plugins/memstore",
 	"badgerstore": "github.com/agenthost/agenthost/plugins/badgerstore",
+	"pgstore":     "github.com/agenthost/agenthost/plugins/pgstore",
 }
 
 // Run builds the named driver programs into a temporary directory and calls

@@ -78,7 +78,7 @@ func newStatements(s, schema string) statements {
 		release:  "UPDATE " + s + ".leases SET released = true, expires_at = least(expires_at, clock_timestamp()) WHERE epoch = $1",
 		leases: "SELECT l.epoch, l.holder, l.expires_at, c.now FROM " + s + ".leases l, (SELECT clock_timestamp() AS now) c " +
 			"WHERE l.expires_at > c.now ORDER BY l.epoch",
-		notify:  "SELECT pg_notify($1, $2)",
+		notify:  "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
 		channel: schema + "_notices",
 	}
 }

@@ -102,29 +102,86 @@ func (d *Driver) Leases(ctx context.Context) ([]driver.Lease, error) {
 
 // notice is a Notice as the payload of a NOTIFY.
 type notice struct {
-	Thread    string `json:"thread"`
-	Owner     int64  `json:"owner,omitempty"`
-	Interrupt string `json:"interrupt_run,omitempty"`
+	Thread    string   `json:"thread"`
+	Owner     int64    `json:"owner,omitempty"`
+	Interrupt string   `json:"interrupt_run,omitempty"`
+	Run       string   `json:"run,omitempty"`
+	ReplyTo   int64    `json:"reply_to,omitempty"`
+	Settled   []string `json:"settled,omitempty"`
 }
 
-// maxNoticeBytes is PostgreSQL's limit on a NOTIFY payload, less a margin.
+func (n notice) toDriver() driver.Notice {
+	return driver.Notice{ThreadID: n.Thread, Owner: n.Owner, InterruptRunID: n.Interrupt, RunID: n.Run, ReplyTo: n.ReplyTo, Settled: n.Settled}
+}
+
+// maxNoticeBytes is PostgreSQL's limit on a NOTIFY payload (8000 bytes),
+// less a margin.
 const maxNoticeBytes = 7900
 
+// payloads encodes n as NOTIFY payloads: one, or, when its Settled list
+// makes it too long, several, each with a part of the list.
+func payloads(n driver.Notice) ([]string, error) {
+	base := notice{Thread: n.ThreadID, Owner: n.Owner, Interrupt: n.InterruptRunID, Run: n.RunID, ReplyTo: n.ReplyTo}
+	enc := func(x notice) (string, error) {
+		b, err := json.Marshal(x)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", driver.ErrInvalidArgument, err)
+		}
+		if !storable(string(b)) {
+			return "", fmt.Errorf("%w: a notice holding a NUL byte", driver.ErrInvalidArgument)
+		}
+		return string(b), nil
+	}
+	full := base
+	full.Settled = n.Settled
+	p, err := enc(full)
+	if err != nil || len(p) <= maxNoticeBytes {
+		return []string{p}, err
+	}
+	var out []string
+	part := base
+	for i := 0; i < len(n.Settled); {
+		part.Settled = append(part.Settled[:0:0], n.Settled[i])
+		p, err := enc(part)
+		if err != nil {
+			return nil, err
+		}
+		if len(p) > maxNoticeBytes {
+			return nil, fmt.Errorf("%w: a notice of %d bytes (the limit is %d)", driver.ErrInvalidArgument, len(p), maxNoticeBytes)
+		}
+		for i++; i < len(n.Settled); i++ {
+			next := append(part.Settled, n.Settled[i])
+			q, err := enc(notice{Thread: base.Thread, Owner: base.Owner, Interrupt: base.Interrupt, Run: base.Run, ReplyTo: base.ReplyTo, Settled: next})
+			if err != nil {
+				return nil, err
+			}
+			if len(q) > maxNoticeBytes {
+				break
+			}
+			part.Settled, p = next, q
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 { // too large without a Settled list to split
+		return nil, fmt.Errorf("%w: a notice of %d bytes (the limit is %d)", driver.ErrInvalidArgument, len(p), maxNoticeBytes)
+	}
+	return out, nil
+}
+
 // Notify implements driver.Leaser: pg_notify on the schema's channel, which
-// every driver watching the same schema of the same database LISTENs to.
+// every driver watching the same schema of the same database LISTENs to. A
+// notice too long for one NOTIFY goes as several, its Settled list split
+// among them, in one statement.
 func (d *Driver) Notify(ctx context.Context, n driver.Notice) error {
 	if n.ThreadID == "" {
 		return fmt.Errorf("%w: a notice without a thread id", driver.ErrInvalidArgument)
 	}
-	b, err := json.Marshal(notice{Thread: n.ThreadID, Owner: n.Owner, Interrupt: n.InterruptRunID})
+	ps, err := payloads(n)
 	if err != nil {
-		return fmt.Errorf("%w: %v", driver.ErrInvalidArgument, err)
-	}
-	if len(b) > maxNoticeBytes || !storable(string(b)) {
-		return fmt.Errorf("%w: a notice of %d bytes (the limit is %d)", driver.ErrInvalidArgument, len(b), maxNoticeBytes)
+		return err
 	}
 	return d.read(ctx, func(ctx context.Context) error {
-		_, err := d.pool.Exec(ctx, d.sql.notify, d.sql.channel, string(b))
+		_, err := d.pool.Exec(ctx, d.sql.notify, d.sql.channel, ps)
 		return err
 	})
 }
@@ -201,7 +258,7 @@ func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 				continue // not ours
 			}
 			select {
-			case ch <- driver.Notice{ThreadID: n.Thread, Owner: n.Owner, InterruptRunID: n.Interrupt}:
+			case ch <- n.toDriver():
 			default: // a hint, dropped
 			}
 		}
