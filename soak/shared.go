@@ -133,13 +133,16 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 	load := NewLoad(c, LoadConfig{Seed: o.Seed, Threads: o.Threads, Workers: o.Workers, Pause: 30 * time.Millisecond, DupRate: 0.05})
 	lctx, lcancel := context.WithCancel(ctx)
 	defer lcancel()
-	var wg sync.WaitGroup
-	wg.Add(2)
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	var wg, swg sync.WaitGroup
+	wg.Add(1)
 	go func() { defer wg.Done(); load.Run(lctx) }()
 	var sampleProblems []string
+	swg.Add(1)
 	go func() {
-		defer wg.Done()
-		sum.Samples, sampleProblems = sampleStore(lctx, o.Store)
+		defer swg.Done()
+		sum.Samples, sampleProblems = sampleStore(sctx, o.Store)
 	}()
 
 	// Kill the victim once a third of the load is in, and leave it dead.
@@ -176,6 +179,8 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 	}
 	load.Stop()
 	wg.Wait()
+	scancel()
+	swg.Wait()
 	sum.Accepted = load.Accepted()
 	if phaseErr != nil {
 		sum.Problems = append(sum.Problems, phaseErr.Error())
