@@ -30,6 +30,32 @@ func (rt *Runtime) kick(thread string) {
 	rt.cond.Signal()
 }
 
+// idleWorker reports whether a worker is free to execute a run of the
+// thread at once: none holds the thread, and fewer threads wait or run than
+// there are workers. Only then does an admission start its run itself (a
+// run started with no worker free would sit active, not executing).
+func (rt *Runtime) idleWorker(thread string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return !rt.closed && rt.running[thread] == nil && !rt.queued[thread] && len(rt.running)+len(rt.queue) < rt.cfg.MaxConcurrentRuns
+}
+
+// handOff gives a worker a run that its admission started.
+func (rt *Runtime) handOff(run record.Run) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.started[run.ThreadID] = run
+}
+
+// takeStarted returns the run an admission started on the thread, if any.
+func (rt *Runtime) takeStarted(thread string) (record.Run, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	r, ok := rt.started[thread]
+	delete(rt.started, thread)
+	return r, ok
+}
+
 // next blocks until a thread waits for a worker, and reserves it; false once
 // the runtime closes.
 func (rt *Runtime) next() (string, *runExec, bool) {
@@ -74,7 +100,11 @@ func (rt *Runtime) worker() {
 func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ctx := rt.baseCtx
 	owner := rt.owner()
-	run, err := rt.st.Start(ctx, thread, owner)
+	run, handed := rt.takeStarted(thread)
+	var err error
+	if !handed {
+		run, err = rt.st.Start(ctx, thread, owner)
+	}
 	var fe *store.FencedError
 	switch {
 	case errors.Is(err, runstate.ErrNothingQueued):
@@ -108,7 +138,10 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ex.init(rt.baseCtx, run)
 	rt.mu.Unlock()
 	rt.execute(ex)
-	return true
+	// Go on with the thread's next run, unless its last commit showed no
+	// other: an input admitted since then kicks the thread itself (here), or
+	// sends this host a notice (elsewhere), and the poll finds the rest.
+	return rt.st.MayHaveQueued(thread)
 }
 
 // interrupt asks the thread's executing run, if it is runID, to stop.
@@ -150,11 +183,32 @@ func (rt *Runtime) waitFor(runIDs ...string) (<-chan struct{}, func()) {
 	}
 }
 
+// maxPending bounds the runs remembered as admitted here and unsettled (an
+// optimization of Wait: forgetting them costs one read each).
+const maxPending = 1 << 16
+
+// admittedHere remembers a run this process admitted, until it settles.
+func (rt *Runtime) admittedHere(runID string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.pending) >= maxPending {
+		clear(rt.pending)
+	}
+	rt.pending[runID] = true
+}
+
+func (rt *Runtime) pendingHere(runID string) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.pending[runID]
+}
+
 // settled wakes the waiters of the runs.
 func (rt *Runtime) settled(runIDs ...string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, id := range runIDs {
+		delete(rt.pending, id)
 		for _, ch := range rt.waiters[id] {
 			select {
 			case <-ch:

@@ -2,8 +2,10 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -205,20 +208,65 @@ func TestLostReplies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Run("start", func(t *testing.T) {
+		// A runs (its model waits for the test), B queues behind it; the
+		// commit that starts B lands but its reply is lost.
+		var bID atomic.Value
+		bID.Store("")
 		d := &lossyDriver{Driver: memdriver.New(), match: func(b driver.Batch) bool {
-			return len(b.Runs) == 1 && b.Runs[0].State == record.StateActive
+			return len(b.Runs) == 1 && b.Runs[0].State == record.StateActive && b.Runs[0].ID == bID.Load().(string)
 		}}
+		gate := make(chan struct{})
+		gm, _ := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Delay: model.Duration(time.Hour)}}})
+		gm.Sleep = func(ctx context.Context, _ time.Duration) error {
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		rt, err := host.New(ctx, host.Config{Driver: d, Model: gm, Logger: quietLog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close(context.Background())
+		tA, err := rt.Submit(ctx, "T", "a", host.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(rt, tA.RunID, host.EventStepStarted)
+		tB, err := rt.Submit(ctx, "T", "b", host.SubmitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bID.Store(tB.RunID)
+		close(gate)
+		if res, err := tB.Wait(ctx); err != nil || answer(res) != "a | b" && answer(res) != "b" {
+			t.Fatalf("%+v %v", res, err)
+		}
+	})
+	t.Run("admission-that-starts", func(t *testing.T) {
+		// The admission of an input to an idle thread also starts its run;
+		// its reply is lost, and the client does not retry (no key): the
+		// run is executed all the same.
+		d := &lossyDriver{Driver: memdriver.New(), match: func(b driver.Batch) bool { return len(b.Messages) == 1 }}
 		rt, err := host.New(ctx, host.Config{Driver: d, Model: m, Logger: quietLog})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rt.Close(context.Background())
-		tk, err := rt.Submit(ctx, "T", "hello", host.SubmitOptions{})
-		if err != nil {
-			t.Fatal(err)
+		if _, err := rt.Submit(ctx, "T", "hello", host.SubmitOptions{}); !errors.Is(err, store.ErrOutcomeUnknown) {
+			t.Fatalf("the lost reply: %v", err)
 		}
-		if res, err := tk.Wait(ctx); err != nil || answer(res) != "hello" {
-			t.Fatalf("%+v %v", res, err)
+		for {
+			runs, err := rt.ThreadRuns(ctx, "T")
+			if err == nil && len(runs) == 1 && runs[0].State == record.StateCompleted {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the run admitted without a reply was not executed: %+v %v", runs, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	t.Run("admission", func(t *testing.T) {

@@ -89,6 +89,8 @@ type Runtime struct {
 	running map[string]*runExec // thread → its executing run
 	rekick  map[string]bool     // threads kicked while a worker held them
 	waiters map[string][]chan struct{}
+	pending map[string]bool       // runs admitted here, not yet seen settled
+	started map[string]record.Run // thread → its run started by its admission, for a worker to execute
 	workers sync.WaitGroup
 
 	bg         sync.WaitGroup // the shared-mode loops
@@ -157,6 +159,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		running: map[string]*runExec{},
 		rekick:  map[string]bool{},
 		waiters: map[string][]chan struct{}{},
+		pending: map[string]bool{},
+		started: map[string]record.Run{},
 		pollCh:  make(chan struct{}, 1),
 	}
 	info, err := cfg.Driver.Info(ctx)
@@ -329,10 +333,18 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		return nil, ErrClosed
 	}
 	sub := store.Submission{ThreadID: threadID, Key: opts.IdempotencyKey, Content: input, Hint: opts.Hint, Metadata: opts.Metadata}
+	if rt.idleWorker(threadID) {
+		sub.StartAs = rt.owner() // an idle thread's run starts in the admission's commit
+	}
 	adm, err := rt.st.Admit(ctx, sub, rt.decide)
 	if err != nil {
 		if errors.Is(err, runstate.ErrBusy) {
 			rt.stats.admissions.add(string(runstate.ActionReject))
+		}
+		if errors.Is(err, store.ErrOutcomeUnknown) {
+			// It may have landed (and started its run, owned by this host):
+			// make sure the thread runs.
+			rt.kick(threadID)
 		}
 		return nil, err
 	}
@@ -343,6 +355,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		rt.kick(threadID)
 		return t, nil
 	}
+	rt.admittedHere(adm.RunID)
 	decision := "start"
 	if adm.Decision != nil {
 		decision = string(adm.Decision.Action)
@@ -363,6 +376,9 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	}
 	if adm.InterruptRunID != "" {
 		rt.interrupt(threadID, adm.InterruptRunID)
+	}
+	if adm.Started != nil {
+		rt.handOff(*adm.Started)
 	}
 	rt.kick(threadID)
 	return t, nil

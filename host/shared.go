@@ -309,14 +309,22 @@ func (rt *Runtime) pollLoop(ctx context.Context) {
 }
 
 // ownsOrMayTake reports whether this host should try to execute the
-// thread: it owns it, nobody does, or its owner's lease is dead.
+// thread: it owns it, its owner's lease is dead, or nobody owns it and its
+// oldest open run has waited a poll interval (a younger one was just
+// admitted, and the host that admitted it starts it: taking it here would
+// only make that host's later inputs travel).
 func (rt *Runtime) ownsOrMayTake(ctx context.Context, threadID string) bool {
 	snap, err := rt.st.Thread(ctx, threadID)
 	if err != nil {
 		return true // let the start find out
 	}
-	o := snap.Thread.Owner
-	return o == 0 || o == rt.sh.epoch.Load() || !rt.sh.isLive(o)
+	switch o := snap.Thread.Owner; {
+	case o == rt.sh.epoch.Load():
+		return true
+	case o != 0:
+		return !rt.sh.isLive(o)
+	}
+	return len(snap.Runs) > 0 && rt.cfg.Now().Sub(snap.Runs[0].CreatedAt) >= rt.sh.poll
 }
 
 // fencedStart handles a start the fence refused: the thread has another

@@ -35,14 +35,20 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 
 // Wait blocks until run runID settles and returns its result.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
-	for {
+	for first := true; ; first = false {
 		// Register before reading, so a settle between the read and the
 		// wait is not missed.
 		ch, done := rt.waitFor(runID)
-		res, err := rt.st.Result(ctx, runID)
-		if err != nil || res.Settled {
-			done()
-			return res, err
+		var res Result
+		// A run this process admitted and has not yet seen settle is not
+		// read first: the settle (or the poll) wakes the wait.
+		if !first || !rt.pendingHere(runID) {
+			var err error
+			res, err = rt.st.Result(ctx, runID)
+			if err != nil || res.Settled {
+				done()
+				return res, err
+			}
 		}
 		timer := time.NewTimer(pollInterval)
 		select {

@@ -36,6 +36,17 @@ func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool) {
 	return out, true
 }
 
+// set records a snapshot read from the driver.
+func (c *snapCache) set(s driver.ThreadSnapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.m[s.Thread.ID]
+	if !ok || old.Thread.Version > s.Thread.Version {
+		return // only threads this layer commits to, and nothing older
+	}
+	c.m[s.Thread.ID] = s
+}
+
 func (c *snapCache) forget(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,4 +91,182 @@ func (c *snapCache) put(b driver.Batch, before, written []record.Run) {
 		}
 		c.order = kept
 	}
+}
+
+// peek returns the cached header of a thread, without copying its runs.
+func (c *snapCache) peek(thread string) (record.Thread, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.m[thread]
+	return s.Thread, ok
+}
+
+// histCache keeps threads' histories and their terminal runs, as read: both
+// only grow (a message never changes, a terminal run never changes again),
+// so what was read stays true. Entries are immutable once stored: a reader
+// may keep them while a writer replaces them. It holds at most max threads
+// and, per thread, at most maxHistMessages messages.
+type histCache struct {
+	mu    sync.Mutex
+	m     map[string]*histEntry
+	order []string
+	max   int
+}
+
+type histEntry struct {
+	msgs []record.Message
+	runs map[string]record.Run // terminal runs of msgs, by id
+}
+
+const maxHistMessages = 4096
+
+func (c *histCache) get(thread string) ([]record.Message, map[string]record.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[thread]
+	if !ok {
+		return nil, nil
+	}
+	return e.msgs[:len(e.msgs):len(e.msgs)], e.runs
+}
+
+// put stores a thread's history and adds terminal runs to the ones known.
+func (c *histCache) put(thread string, msgs []record.Message, terminal map[string]record.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(msgs) > maxHistMessages {
+		delete(c.m, thread)
+		return
+	}
+	old, ok := c.m[thread]
+	if ok && len(old.msgs) > len(msgs) {
+		return // a reader that raced with a longer one
+	}
+	runs := map[string]record.Run{}
+	if ok {
+		if len(terminal) == 0 {
+			runs = old.runs
+		} else {
+			for id, r := range old.runs {
+				runs[id] = r
+			}
+		}
+	}
+	for id, r := range terminal {
+		runs[id] = r
+	}
+	if !ok {
+		for len(c.m) >= c.max && len(c.order) > 0 {
+			delete(c.m, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.order = append(c.order, thread)
+	}
+	c.m[thread] = &histEntry{msgs: msgs, runs: runs}
+	if len(c.order) > 2*c.max {
+		kept := c.order[:0]
+		for _, id := range c.order {
+			if _, ok := c.m[id]; ok {
+				kept = append(kept, id)
+			}
+		}
+		c.order = kept
+	}
+}
+
+// doneCache keeps the terminal runs this store layer committed, with their
+// answers: a terminal run never changes again, so Result can answer from it
+// without reading. It holds at most max runs, the oldest dropped first.
+type doneCache struct {
+	mu    sync.Mutex
+	m     map[string]doneRun
+	order []string
+	max   int
+}
+
+type doneRun struct {
+	run    record.Run
+	answer *record.Message // the completed run's answer
+}
+
+func (c *doneCache) get(id string) (doneRun, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[id]
+	return d, ok
+}
+
+// put records the terminal runs of a committed batch.
+func (c *doneCache) put(b driver.Batch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range b.Runs {
+		switch r.State {
+		case record.StateQueued, record.StateActive:
+			continue
+		}
+		d := doneRun{run: storedriver.CloneRun(r)}
+		if r.State == record.StateCompleted {
+			for _, m := range b.Messages {
+				if m.ID == r.AssistantMessageID {
+					msg := storedriver.CloneMessage(m)
+					d.answer = &msg
+				}
+			}
+			if d.answer == nil {
+				continue // answer not in this batch: read it
+			}
+		}
+		if _, ok := c.m[r.ID]; !ok {
+			if len(c.order) >= c.max {
+				delete(c.m, c.order[0])
+				c.order = c.order[1:]
+			}
+			c.order = append(c.order, r.ID)
+		}
+		c.m[r.ID] = d
+	}
+}
+
+// appendCommitted adds what a commit wrote to a thread's cached history:
+// the messages it appended, when they follow it (or begin the thread's
+// history), and the runs it made terminal.
+func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs []record.Run) {
+	terminal := map[string]record.Run{}
+	for _, r := range runs {
+		if r.State != record.StateQueued && r.State != record.StateActive {
+			terminal[r.ID] = storedriver.CloneRun(r)
+		}
+	}
+	if len(msgs) == 0 {
+		if len(terminal) > 0 {
+			c.mu.Lock()
+			e, ok := c.m[thread]
+			c.mu.Unlock()
+			if ok {
+				c.put(thread, e.msgs, terminal)
+			}
+		}
+		return
+	}
+	c.mu.Lock()
+	e, ok := c.m[thread]
+	c.mu.Unlock()
+	var have []record.Message
+	last := int64(0)
+	if ok {
+		have = e.msgs
+		if n := len(have); n > 0 {
+			last = have[n-1].Seq
+		}
+	}
+	if msgs[0].Seq != last+1 {
+		return // a gap: the next read fills it
+	}
+	out := make([]record.Message, 0, len(have)+len(msgs))
+	out = append(out, have...)
+	for _, m := range msgs {
+		out = append(out, storedriver.CloneMessage(m))
+	}
+	c.put(thread, out, terminal)
 }

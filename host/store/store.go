@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,6 +74,8 @@ type Store struct {
 	d     driver.Driver
 	opt   Options
 	snaps snapCache
+	hist  histCache
+	done  doneCache
 }
 
 // New returns a store layer over d.
@@ -98,7 +101,9 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
-	return &Store{d: d, opt: opt, snaps: snapCache{m: map[string]driver.ThreadSnapshot{}, max: 4096}}
+	return &Store{d: d, opt: opt, snaps: snapCache{m: map[string]driver.ThreadSnapshot{}, max: 4096},
+		hist: histCache{m: map[string]*histEntry{}, max: 1024},
+		done: doneCache{m: map[string]doneRun{}, max: 8192}}
 }
 
 // NewID returns prefix + "_" + a time-ordered UUID (version 7) in hex.
@@ -116,6 +121,11 @@ type Submission struct {
 	Content  string
 	Hint     string
 	Metadata map[string]string
+	// StartAs, when set, starts the admitted run under this owner in the
+	// admission's own commit if the thread is idle (no open run) and no
+	// other live lease owns it: the effects of Admit then Start, written
+	// together, saving a commit. Otherwise the admission is as without it.
+	StartAs string
 }
 
 // ThreadView is what an input policy sees of a busy thread.
@@ -140,6 +150,9 @@ type Admission struct {
 	// ThreadOwner is the thread's owner (a lease epoch, 0: none) as of the
 	// admission's commit; 0 for a duplicate.
 	ThreadOwner int64
+	// Started is the admitted run, active, when the admission started it
+	// (Submission.StartAs).
+	Started *record.Run
 }
 
 // Admit admits a submission: the input message, its run (or its place in an
@@ -149,13 +162,30 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		ThreadID: sub.ThreadID, Key: sub.Key, Content: sub.Content, Hint: sub.Hint, Metadata: sub.Metadata,
 		RunID: s.opt.NewID("run"), InputMessageID: s.opt.NewID("msg"), AssistantMessageID: s.opt.NewID("msg"),
 	}
-	// An admission reads the thread fresh: its policy decides from it, and a
-	// decision (a rejection) that no commit checks must not come from a
-	// stale snapshot.
-	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, 0, false, func(snap runstate.Snapshot) (runstate.Effects, error) {
+	fenceOf := unfenced
+	if sub.StartAs != "" {
+		fenceOf = func(eff runstate.Effects) int64 {
+			if eff.Run != nil && eff.Run.State == record.StateActive {
+				return s.opt.Fence(sub.StartAs)
+			}
+			return 0
+		}
+	}
+	// An admission may start from the snapshot the last commit left: to an
+	// idle thread it writes a run (the commit checks the version, and the
+	// driver the key's uniqueness); but a busy thread's input policy decides
+	// from a fresh read, since a decision (a rejection) that no commit
+	// checks must not come from a stale snapshot.
+	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, fenceOf, true, func(snap runstate.Snapshot, cached bool) (runstate.Effects, error) {
 		m.Now = s.opt.Now()
 		m.Decision = nil
 		eff, err := runstate.Reduce(snap, m)
+		if err == nil && sub.StartAs != "" {
+			return s.startAdmitted(snap, eff, sub.StartAs, m.Now), nil
+		}
+		if cached && errors.Is(err, runstate.ErrDecisionRequired) {
+			return runstate.Effects{}, errStale
+		}
 		if !errors.Is(err, runstate.ErrDecisionRequired) {
 			return eff, err
 		}
@@ -176,6 +206,10 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 	if eff.Thread != nil {
 		adm.ThreadOwner = eff.Thread.Owner
 	}
+	if eff.Run != nil && eff.Run.State == record.StateActive {
+		r := *eff.Run
+		adm.Started = &r
+	}
 	if adm.Duplicate {
 		res, err := s.Result(ctx, adm.RunID)
 		if err != nil {
@@ -186,6 +220,32 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		}
 	}
 	return adm, nil
+}
+
+// startAdmitted adds to the effects of an admission to an idle thread
+// those of starting its run under owner, as one commit: Start reduced on
+// the snapshot the admission leaves, its header kept at the admission's
+// version so that the two make one version step. An admission it cannot
+// start (a busy thread, a duplicate, a thread another live lease owns) is
+// returned as it is.
+func (s *Store) startAdmitted(snap runstate.Snapshot, adm runstate.Effects, owner string, now time.Time) runstate.Effects {
+	if adm.Admission == nil || adm.Admission.Duplicate || len(snap.Open) > 0 || adm.Run == nil || adm.Run.State != record.StateQueued {
+		return adm
+	}
+	fence := s.opt.Fence(owner)
+	if o := snap.Thread.Owner; o != 0 && o != fence && s.opt.OwnerLive(o) {
+		return adm
+	}
+	th := *adm.Thread
+	th.Version = snap.Thread.Version
+	started, err := runstate.Reduce(runstate.Snapshot{Thread: th, Open: []record.Run{*adm.Run}}, runstate.Start{ThreadID: th.ID, Owner: owner, Now: now})
+	if err != nil {
+		return adm
+	}
+	started.HistoryMutations = adm.HistoryMutations
+	started.Idempotency = adm.Idempotency
+	started.Admission = adm.Admission
+	return started
 }
 
 func view(snap runstate.Snapshot, sub Submission) ThreadView {
@@ -257,15 +317,22 @@ func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
 }
 
 func (s *Store) reduce(ctx context.Context, threadID string, fence int64, mut func() runstate.Mutation) (runstate.Effects, error) {
-	return s.apply(ctx, threadID, "", fence, true, func(snap runstate.Snapshot) (runstate.Effects, error) {
+	return s.apply(ctx, threadID, "", func(runstate.Effects) int64 { return fence }, true, func(snap runstate.Snapshot, _ bool) (runstate.Effects, error) {
 		return runstate.Reduce(snap, mut())
 	})
 }
 
+func unfenced(runstate.Effects) int64 { return 0 }
+
+// errStale: a decision needs a fresh snapshot (see apply).
+var errStale = errors.New("decided from a cached snapshot")
+
 // apply runs the optimistic loop: load, reduce, commit conditionally, retry
 // on conflict. A fence other than 0 fences the commit by that lease epoch,
 // which becomes the thread's owner (see driver.Leaser).
-func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, useCache bool, reduce func(runstate.Snapshot) (runstate.Effects, error)) (runstate.Effects, error) {
+// reduce is told whether its snapshot came from the cache; it may then
+// return errStale to have it read fresh.
+func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(runstate.Effects) int64, useCache bool, reduce func(runstate.Snapshot, bool) (runstate.Effects, error)) (runstate.Effects, error) {
 	if threadID == "" {
 		return runstate.Effects{}, fmt.Errorf("%w: empty thread id", runstate.ErrInvalid)
 	}
@@ -287,6 +354,9 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, us
 			if ts, err = s.d.LoadThread(ctx, threadID); err != nil {
 				return runstate.Effects{}, fmt.Errorf("loading thread %s: %w", threadID, err)
 			}
+			if useCache {
+				s.snaps.set(ts) // the freshest this layer knows
+			}
 		}
 		// redo starts the attempt again from a fresh read: a decision made
 		// from a cached snapshot that no commit would check.
@@ -295,18 +365,14 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, us
 				return false
 			}
 			fromCache = false
-			s.snaps.forget(threadID)
 			attempt--
 			return true
 		}
 		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs}
-		if o := ts.Thread.Owner; fence != 0 && o != 0 && o != fence && s.opt.OwnerLive(o) {
-			if redo() {
-				continue
-			}
-			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: o}
-		}
-		if key != "" {
+		// From the cache, the key is not looked up: had it been written, the
+		// driver refuses the batch's copy (ErrVersionConflict), and the
+		// retry reads it.
+		if key != "" && !fromCache {
 			k, err := s.d.GetIdempotency(ctx, threadID, key)
 			switch {
 			case err == nil:
@@ -315,12 +381,19 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, us
 				return runstate.Effects{}, fmt.Errorf("looking up key %q: %w", key, err)
 			}
 		}
-		eff, err := reduce(snap)
+		eff, err := reduce(snap, fromCache)
 		if err != nil || eff.Empty() {
 			if redo() {
 				continue
 			}
 			return eff, err
+		}
+		fence := fenceOf(eff)
+		if o := ts.Thread.Owner; fence != 0 && o != 0 && o != fence && s.opt.OwnerLive(o) {
+			if redo() {
+				continue
+			}
+			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: o}
 		}
 		b := Batch(snap.Thread.Version, eff, s.opt.NewID("commit"))
 		if fence != 0 {
@@ -338,6 +411,8 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fence int64, us
 		switch {
 		case err == nil:
 			s.snaps.put(b, snap.Open, eff.RunRecords)
+			s.done.put(b)
+			s.hist.appendCommitted(b.ThreadID, b.Messages, b.Runs)
 			return eff, nil
 		case errors.Is(err, driver.ErrVersionConflict):
 			if err := ctx.Err(); err != nil {
@@ -415,6 +490,14 @@ func Batch(expected int64, eff runstate.Effects, commitID string) driver.Batch {
 	return b
 }
 
+// MayHaveQueued reports whether the thread may have a queued run, as far as
+// this store layer's last commit or read on it tells: false only when that
+// showed none. (Admissions made since elsewhere announce themselves.)
+func (s *Store) MayHaveQueued(threadID string) bool {
+	t, ok := s.snaps.peek(threadID)
+	return !ok || len(t.OpenRunIDs) > 0
+}
+
 // Thread returns a thread's header and open runs.
 func (s *Store) Thread(ctx context.Context, threadID string) (driver.ThreadSnapshot, error) {
 	return s.d.LoadThread(ctx, threadID)
@@ -449,6 +532,9 @@ type Result struct {
 
 // Result reports what answered run id, following absorbedIntoRunId.
 func (s *Store) Result(ctx context.Context, id string) (Result, error) {
+	if res, ok := s.cachedResult(id); ok {
+		return res, nil
+	}
 	run, err := s.GetRun(ctx, id)
 	if err != nil {
 		return Result{}, err
@@ -478,73 +564,135 @@ func (s *Store) Result(ctx context.Context, id string) (Result, error) {
 	return res, nil
 }
 
+// cachedResult answers Result from the terminal runs this store layer
+// committed, when the run and what answered it are among them.
+func (s *Store) cachedResult(id string) (Result, bool) {
+	d, ok := s.done.get(id)
+	if !ok {
+		return Result{}, false
+	}
+	run := d.run
+	res := Result{RunID: id, State: run.State, TerminalReason: run.TerminalReason, Settled: true, Error: run.Error}
+	for hops := 0; d.run.TerminalReason == record.ReasonAbsorbed; hops++ {
+		if hops == 8 {
+			return Result{}, false
+		}
+		if d, ok = s.done.get(d.run.AbsorbedIntoRunID); !ok {
+			return Result{}, false
+		}
+	}
+	if d.run.State == record.StateCompleted {
+		res.AnsweredByRunID = d.run.ID
+		msg := *d.answer
+		res.Answer = &msg
+	}
+	return res, true
+}
+
 // Messages returns the thread's whole history, in append order.
 func (s *Store) Messages(ctx context.Context, threadID string) ([]record.Message, error) {
-	var out []record.Message
-	for after := int64(0); ; {
-		page, err := s.d.ReadHistory(ctx, threadID, after, s.opt.PageSize)
-		if err != nil {
-			return nil, err
-		}
-		if len(page) == 0 {
-			return out, nil
-		}
-		out = append(out, page...)
-		after = page[len(page)-1].Seq
-	}
+	msgs, _, err := s.thread(ctx, threadID, false, false)
+	return msgs, err
 }
 
 // ThreadRuns returns every run of the thread, in seq order.
 func (s *Store) ThreadRuns(ctx context.Context, threadID string) ([]record.Run, error) {
-	msgs, err := s.Messages(ctx, threadID)
-	if err != nil {
-		return nil, err
-	}
-	return s.runsOf(ctx, msgs)
+	_, runs, err := s.thread(ctx, threadID, true, false)
+	return runs, err
 }
 
-// runsOf returns the runs the messages were written for, in seq order. Every
-// run has at least one input admitted with it, so this is every run.
-func (s *Store) runsOf(ctx context.Context, msgs []record.Message) ([]record.Run, error) {
-	var ids []string
-	seen := map[string]bool{}
-	for _, m := range msgs {
-		if !seen[m.RunID] {
-			seen[m.RunID] = true
-			ids = append(ids, m.RunID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	return s.d.GetRuns(ctx, ids) // first appearance in history is seq order
-}
-
-// History returns the thread's settled conversation (runstate.History).
+// History returns a thread's settled conversation (see runstate.History).
 func (s *Store) History(ctx context.Context, threadID string) ([]record.Message, error) {
-	msgs, err := s.Messages(ctx, threadID)
-	if err != nil {
-		return nil, err
-	}
-	runs, err := s.runsOf(ctx, msgs)
+	msgs, runs, err := s.thread(ctx, threadID, true, false)
 	if err != nil {
 		return nil, err
 	}
 	return runstate.History(runs, msgs)
 }
 
-// Prompt returns what the model sees for run runID, given the messages it took
-// by injection (runstate.Prompt).
+// Prompt returns what the model sees for run (see runstate.Prompt): the
+// thread's settled conversation, the run's inputs, then taken.
 func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Message) ([]record.Message, error) {
-	msgs, err := s.Messages(ctx, run.ThreadID)
-	if err != nil {
-		return nil, err
-	}
-	runs, err := s.runsOf(ctx, msgs)
+	// The run was started through this store layer, whose commit left the
+	// thread's end: what the prompt needs was written before it.
+	msgs, runs, err := s.thread(ctx, run.ThreadID, true, true, run)
 	if err != nil {
 		return nil, err
 	}
 	return runstate.Prompt(runs, msgs, run.ID, taken)
+}
+
+// thread returns a thread's history and, withRuns, the runs its messages
+// belong to, in the order of their first message. History is append-only
+// and a terminal run never changes, so both come from a cache of what was
+// read before (histCache), completed by reading what is new: the messages
+// after the last one known, up to an empty page (or, toLastCommit, up to
+// the thread's end as the last commit of this store layer left it), and the
+// runs not known to be terminal.
+// Runs given in current are taken as they are, not read.
+func (s *Store) thread(ctx context.Context, threadID string, withRuns, toLastCommit bool, current ...record.Run) ([]record.Message, []record.Run, error) {
+	msgs, known := s.hist.get(threadID)
+	last := int64(0)
+	if n := len(msgs); n > 0 {
+		last = msgs[n-1].Seq
+	}
+	end := int64(-1)
+	if snap, ok := s.snaps.peek(threadID); ok && toLastCommit {
+		end = snap.NextMessageSeq - 1
+	}
+	for end < 0 || last < end {
+		page, err := s.d.ReadHistory(ctx, threadID, last, s.opt.PageSize)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		msgs = append(msgs[:len(msgs):len(msgs)], page...)
+		last = page[len(page)-1].Seq
+	}
+	if !withRuns {
+		s.hist.put(threadID, msgs, nil)
+		return msgs, nil, nil
+	}
+	var ids, need []string
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if seen[m.RunID] {
+			continue
+		}
+		seen[m.RunID] = true
+		ids = append(ids, m.RunID)
+		if _, ok := known[m.RunID]; !ok && !slices.ContainsFunc(current, func(r record.Run) bool { return r.ID == m.RunID }) {
+			need = append(need, m.RunID)
+		}
+	}
+	byID := make(map[string]record.Run, len(ids))
+	for id, r := range known {
+		byID[id] = r
+	}
+	for _, r := range current {
+		byID[r.ID] = r
+	}
+	terminal := map[string]record.Run{}
+	if len(need) > 0 {
+		fetched, err := s.d.GetRuns(ctx, need)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range fetched {
+			byID[r.ID] = r
+			if runstate.IsTerminal(r.State) {
+				terminal[r.ID] = r
+			}
+		}
+	}
+	s.hist.put(threadID, msgs, terminal)
+	runs := make([]record.Run, 0, len(ids))
+	for _, id := range ids {
+		runs = append(runs, byID[id])
+	}
+	return msgs, runs, nil
 }
 
 // Runs iterates over the runs in state st, in id order, a page at a time.

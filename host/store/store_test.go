@@ -367,3 +367,59 @@ func TestStaleSnapshotDecidesNothing(t *testing.T) {
 		t.Fatalf("start after another writer's admission to the idle thread: %s, %v; want %s", run.ID, err, s2Admit.RunID)
 	}
 }
+
+// Histories and terminal runs are cached as read; what another writer adds
+// later, and runs that were not yet terminal, are read again.
+func TestHistoryCacheSeesOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	s1, d := newStore(t)
+	s2 := store.New(d, store.Options{})
+	a := mustAdmit(t, s1, store.Submission{ThreadID: "T", Content: "one"}, nil)
+	if runs, err := s1.ThreadRuns(ctx, "T"); err != nil || len(runs) != 1 || runs[0].State != record.StateQueued {
+		t.Fatalf("runs %+v, %v", runs, err)
+	}
+	if _, err := s2.Start(ctx, "T", "h2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s2.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: a.RunID, Owner: "h2", Reason: record.ReasonCompleted, Answer: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := s1.ThreadRuns(ctx, "T")
+	if err != nil || len(runs) != 1 || runs[0].State != record.StateCompleted {
+		t.Fatalf("after another writer completed the run: %+v, %v", runs, err)
+	}
+	hist, err := s1.History(ctx, "T")
+	if err != nil || len(hist) != 2 || hist[1].Content != "ok" {
+		t.Fatalf("history after another writer answered: %+v, %v", hist, err)
+	}
+	b := mustAdmit(t, s2, store.Submission{ThreadID: "T", Content: "two"}, nil)
+	msgs, err := s1.Messages(ctx, "T")
+	if err != nil || len(msgs) != 3 || msgs[2].RunID != b.RunID {
+		t.Fatalf("messages after another writer's admission: %+v, %v", msgs, err)
+	}
+}
+
+// An admission from the cached snapshot does not look its key up: the
+// driver's refusal of a second copy of the key sends it back to a fresh
+// read, which finds the first admission.
+func TestCachedAdmissionKeepsKeys(t *testing.T) {
+	ctx := context.Background()
+	s1, d := newStore(t)
+	s2 := store.New(d, store.Options{})
+	first := mustAdmit(t, s1, store.Submission{ThreadID: "T", Key: "k1", Content: "one"}, nil)
+	// Again through s1, its snapshot current: a duplicate all the same.
+	again, err := s1.Admit(ctx, store.Submission{ThreadID: "T", Key: "k1", Content: "one"}, decideAlways(runstate.ActionQueue, false))
+	if err != nil || !again.Duplicate || again.RunID != first.RunID {
+		t.Fatalf("same key through the same store layer: %+v, %v", again, err)
+	}
+	// Another writer admits k2; s1, its snapshot now stale, admits k2 too.
+	other := mustAdmit(t, s2, store.Submission{ThreadID: "T", Key: "k2", Content: "two"}, decideAlways(runstate.ActionQueue, false))
+	dup, err := s1.Admit(ctx, store.Submission{ThreadID: "T", Key: "k2", Content: "two"}, decideAlways(runstate.ActionQueue, false))
+	if err != nil || !dup.Duplicate || dup.RunID != other.RunID {
+		t.Fatalf("a key another writer admitted: %+v, %v", dup, err)
+	}
+	runs, err := s1.ThreadRuns(ctx, "T")
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("runs %+v, %v; want the two admissions only", runs, err)
+	}
+}

@@ -3,6 +3,11 @@ package pgdriver
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"google.golang.org/protobuf/proto"
 
@@ -155,4 +160,98 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 			driver.ErrUnavailable, b.CommitID, b.ThreadID, why, err)
 	}
 	return 0, mapOpError(ctx, err)
+}
+
+var _ storedriver.ManyCommitter = (*Driver)(nil)
+
+// CommitMany implements storedriver.ManyCommitter: the batches that a host
+// sends together share one transaction, and so one round trip and one flush
+// of the write-ahead log, each still applied or refused on its own
+// (commit_batch_try runs it in a subtransaction). They are applied in
+// thread order (stable: batches of one thread keep theirs), so that two
+// groups lock their threads in the same order and never deadlock.
+//
+// When the transaction fails as a whole — the connection drops, the server
+// refuses the commit — every batch sent has an unknown outcome
+// (driver.ErrUnavailable, settled by the host through LastCommitID), unless
+// the failure proves nothing was committed, in which case the group is sent
+// again.
+func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
+	versions := make([]int64, len(bs))
+	errs := make([]error, len(bs))
+	var order []int
+	as := make([]*args, len(bs))
+	for i, b := range bs {
+		a, err := prepare(b)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		as[i] = a
+		order = append(order, i)
+	}
+	if len(order) == 0 {
+		return versions, errs
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return strings.Compare(bs[x].ThreadID, bs[y].ThreadID) })
+	if err := d.enter(ctx); err != nil {
+		for _, i := range order {
+			errs[i] = err
+		}
+		return versions, errs
+	}
+	defer d.leave()
+	type outcome struct{ state, constraint, message, detail *string }
+	outs := make([]outcome, len(bs))
+	sent := false
+	err := d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
+		sent = false
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		batch := &pgx.Batch{}
+		for _, i := range order {
+			a := as[i]
+			o := &outs[i]
+			batch.Queue(d.sql.commitTry, a.threadID, a.expected, a.version, a.fence, a.owner,
+				a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
+				a.runIDs, a.runStates, a.runSeqs, a.runs,
+				a.msgSeqs, a.msgIDs, a.msgs,
+				a.keys, a.keyPayloads).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&o.state, &o.constraint, &o.message, &o.detail)
+			})
+		}
+		sent = true
+		// One pipeline, one implicit transaction: it commits when the last
+		// statement succeeds, or not at all.
+		return conn.SendBatch(ctx, batch).Close()
+	})
+	for _, i := range order {
+		switch {
+		case err == nil && outs[i].state == nil:
+			versions[i] = bs[i].Thread.Version
+		case err == nil && (*outs[i].state == "40001" || *outs[i].state == "40P01"):
+			// Rolled back with its subtransaction (a deadlock, say): read
+			// and try again, as after a conflict.
+			errs[i] = fmt.Errorf("%w: pgstore: %s (SQLSTATE %s)", driver.ErrVersionConflict, deref(outs[i].message), *outs[i].state)
+		case err == nil:
+			o := outs[i]
+			errs[i] = mapError(&pgconn.PgError{Code: *o.state, ConstraintName: deref(o.constraint), Message: deref(o.message), Detail: deref(o.detail)})
+		case sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil):
+			errs[i] = fmt.Errorf("%w: pgstore: commit %s of thread %s (in a group of %d): outcome unknown (%v); read the thread's LastCommitID",
+				driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, len(order), err)
+		default:
+			errs[i] = mapOpError(ctx, err)
+		}
+	}
+	return versions, errs
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -54,13 +54,15 @@ var (
 // each on every connection the first time it runs there, and runs the
 // prepared statement afterwards.
 type statements struct {
-	commit, loadThread, getRuns, getIdem, history, listRuns    string
+	commit, commitTry, loadThread, getRuns, getIdem, history   string
+	listRuns                                                   string
 	acquire, gcLeases, renew, release, leases, notify, channel string
 }
 
 func newStatements(s, schema string) statements {
 	return statements{
-		commit: "SELECT " + s + ".commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+		commit:    "SELECT " + s + ".commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+		commitTry: "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_batch_try($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
 		loadThread: "SELECT t.payload, o.id, r.payload FROM " + s + ".threads t " +
 			"LEFT JOIN LATERAL unnest(t.open_run_ids) WITH ORDINALITY AS o(id, n) ON true " +
 			"LEFT JOIN " + s + ".runs r ON r.id = o.id " +

@@ -26,10 +26,36 @@ type migration struct {
 // never edited: a change is a new one.
 var migrations = []migration{
 	{1, "threads, runs, messages, idempotency, leases; commit_batch, renew_lease", migration1},
+	{2, "commit_batch_try, for several batches in one transaction", migration2},
 }
 
 // SchemaVersion is the schema version this driver migrates to.
 var SchemaVersion = migrations[len(migrations)-1].version
+
+// migration2 adds commit_batch_try: commit_batch in a subtransaction
+// (a plpgsql block with an exception handler), which reports a refusal
+// instead of raising it, so that several batches can share one transaction
+// (CommitMany), each applied or refused on its own.
+const migration2 = `
+CREATE FUNCTION {{s}}.commit_batch_try(
+	p_thread text, p_expected bigint, p_version bigint, p_fence bigint, p_owner bigint,
+	p_commit_id text, p_open text[], p_header bytea, p_first_seq bigint, p_last_seq bigint,
+	p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_keys text[], p_key_payloads bytea[],
+	OUT o_state text, OUT o_constraint text, OUT o_message text, OUT o_detail text
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+	PERFORM {{s}}.commit_batch(p_thread, p_expected, p_version, p_fence, p_owner,
+		p_commit_id, p_open, p_header, p_first_seq, p_last_seq,
+		p_run_ids, p_run_states, p_run_seqs, p_runs,
+		p_msg_seqs, p_msg_ids, p_msgs, p_keys, p_key_payloads);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS o_state = RETURNED_SQLSTATE, o_constraint = CONSTRAINT_NAME,
+		o_message = MESSAGE_TEXT, o_detail = PG_EXCEPTION_DETAIL;
+END
+$fn$;
+`
 
 const migration1 = `
 CREATE TABLE {{s}}.threads (
