@@ -138,6 +138,11 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ex.init(rt.baseCtx, run)
 	rt.mu.Unlock()
 	rt.execute(ex)
+	rt.mu.Lock()
+	if r, ok := rt.started[thread]; ok && r.ID == run.ID {
+		delete(rt.started, thread) // adopted before its admission handed it over
+	}
+	rt.mu.Unlock()
 	// Go on with the thread's next run, unless its last commit showed no
 	// other: an input admitted since then kicks the thread itself (here), or
 	// sends this host a notice (elsewhere), and the poll finds the rest.
