@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ func main1(args []string, stdout, stderr io.Writer) int {
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "http://127.0.0.1:7070", "server base URL")
+	addr := fs.String("addr", "http://127.0.0.1:7070", "server base URL; several hosts of one store comma-separated (requests take turns, and skip a host that cannot be reached)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
 	threads := fs.Int("threads", 16, "threads")
 	workers := fs.Int("workers", 8, "concurrent clients")
@@ -59,7 +60,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stdout, "seed %d\n", *seed)
-	l := soak.NewLoad(soak.NewClient(*addr), soak.LoadConfig{Seed: *seed, Threads: *threads, Workers: *workers, Target: *n, Pause: *pause, DupRate: 0.05})
+	bases := strings.Split(*addr, ",")
+	c := soak.NewClient(bases[0])
+	c.More = bases[1:]
+	l := soak.NewLoad(c, soak.LoadConfig{Seed: *seed, Threads: *threads, Workers: *workers, Target: *n, Pause: *pause, DupRate: 0.05})
 	start := time.Now()
 	l.Run(ctx)
 	el := time.Since(start)
