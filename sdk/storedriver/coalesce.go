@@ -17,7 +17,7 @@ import (
 // concurrently, each with its own result, so grouping on the wire changes
 // nothing of the contract; it saves a round trip per commit under load.
 const (
-	maxInFlight   = 4
+	maxInFlight   = 2
 	maxGroupBytes = 32 << 20
 )
 
