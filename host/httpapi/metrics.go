@@ -19,7 +19,11 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	counter(w, "agenthost_absorptions_total", "Queued runs absorbed by a completing run.", st.Absorptions)
 	counter(w, "agenthost_absorb_entries_dropped_total", "Absorb entries dropped at commit because they no longer held.", st.DroppedAbsorbs)
 	counter(w, "agenthost_policy_fallbacks_total", "Input policy calls that failed and fell back to queue.", st.PolicyFallbacks)
-	counter(w, "agenthost_runs_recovered_total", "Active runs of a gone owner queued again at start-up.", st.Recovered)
+	counter(w, "agenthost_runs_recovered_total", "Active runs of a gone owner queued again (at start-up, or from a dead lease).", st.Recovered)
+	counter(w, "agenthost_lease_renewals_total", "Renewals of this host's lease (several hosts on one store).", st.LeaseRenewals)
+	counter(w, "agenthost_leases_lost_total", "Leases this host lost (it paused or could not renew in time) and replaced.", st.LeasesLost)
+	counter(w, "agenthost_notices_sent_total", "Notices sent to other hosts (wake a thread's owner, a run settled).", st.NoticesSent)
+	counter(w, "agenthost_notices_received_total", "Notices received from other hosts.", st.NoticesReceived)
 	counter(w, "agenthost_commit_errors_total", "Terminal commits that failed and were retried.", st.CommitErrors)
 	var restarts int64
 	if h.opt.DriverRestarts != nil {
