@@ -199,6 +199,13 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		m.Decision = &d
 		return runstate.Reduce(snap, m)
 	})
+	var fe *FencedError
+	if errors.As(err, &fe) && sub.StartAs != "" {
+		// Starting the run was refused (another live lease owns the thread,
+		// or this host's lease died): nothing was written; admit it only.
+		sub.StartAs = ""
+		return s.Admit(ctx, sub, decide)
+	}
 	if err != nil {
 		return Admission{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
@@ -421,5 +422,48 @@ func TestCachedAdmissionKeepsKeys(t *testing.T) {
 	runs, err := s1.ThreadRuns(ctx, "T")
 	if err != nil || len(runs) != 2 {
 		t.Fatalf("runs %+v, %v; want the two admissions only", runs, err)
+	}
+}
+
+// An admission that would start its run on a thread another live lease owns
+// (this host's view of the leases being stale) is admitted all the same,
+// without starting it.
+func TestAdmissionStartFencedStillAdmits(t *testing.T) {
+	ctx := context.Background()
+	d := memdriver.NewShared(nil)
+	owner, err := d.AcquireLease(ctx, "A", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := d.AcquireLease(ctx, "B", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := func(o string) int64 {
+		switch o {
+		case "A":
+			return owner.Epoch
+		case "B":
+			return mine.Epoch
+		}
+		return 0
+	}
+	a := store.New(d, store.Options{Fence: fence})
+	first := mustAdmit(t, a, store.Submission{ThreadID: "T", Content: "one", StartAs: "A"}, nil)
+	if first.Started == nil {
+		t.Fatal("the first admission did not start its run")
+	}
+	if _, _, err := a.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: first.RunID, Owner: "A", Reason: record.ReasonCompleted, Answer: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	// B believes A's lease dead (OwnerLive false): the driver refuses the
+	// start, and the input is admitted as a queued run.
+	b := store.New(d, store.Options{Fence: fence, OwnerLive: func(int64) bool { return false }})
+	adm, err := b.Admit(ctx, store.Submission{ThreadID: "T", Content: "two", StartAs: "B"}, nil)
+	if err != nil || adm.Started != nil || adm.ThreadOwner != owner.Epoch {
+		t.Fatalf("admission under a stale view of the leases: %+v, %v; want admitted, not started, owner %d", adm, err, owner.Epoch)
+	}
+	if r, err := b.GetRun(ctx, adm.RunID); err != nil || r.State != record.StateQueued {
+		t.Fatalf("run %+v, %v; want queued", r, err)
 	}
 }
