@@ -30,6 +30,12 @@ type Config struct {
 	Store string `yaml:"store" env:"AGENTHOST_STORE"`
 	// StoreConfig is passed to the driver at open (driver-specific).
 	StoreConfig map[string]string `yaml:"store_config"`
+	// StoreScratchConfig is, for a driver given by path, the configuration
+	// of the scratch instance the admission gate certifies it on (a "dir"
+	// key is pointed at a scratch directory). Required when store_config
+	// names a database (a "url" key): the suite must never run on the
+	// user's data.
+	StoreScratchConfig map[string]string `yaml:"store_scratch_config"`
 	// StoreURL is the database URL of a driver that takes one (pgstore's
 	// "url"); it overrides store_config's url.
 	StoreURL string `yaml:"store_url" env:"AGENTHOST_STORE_URL"`
@@ -189,6 +195,9 @@ func (c Config) validate() error {
 	if c.LeaseTTL > 0 && c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("lease_ttl %v: at least 300ms (it is renewed every third of it)", c.LeaseTTL))
 	}
+	if isPath(c.Store) && c.StoreConfig["url"] != "" && len(c.StoreScratchConfig) == 0 {
+		errs = append(errs, fmt.Errorf("store %s: store_config names a database (url), so the driver gate needs store_scratch_config, the configuration it certifies the driver on: the conformance suite never runs on your data", c.Store))
+	}
 	if c.Store == "pgstore" && c.StoreURL == "" && c.StoreConfig["url"] == "" {
 		errs = append(errs, errors.New("store pgstore needs a database URL: store_url (env AGENTHOST_STORE_URL, flag --store-url)"))
 	}
@@ -200,3 +209,6 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// isPath reports whether store names a driver binary rather than a built-in.
+func isPath(store string) bool { return strings.ContainsRune(store, os.PathSeparator) }

@@ -197,10 +197,22 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		}
 		src.Builtin = cfg.Store
 	default:
-		if !strings.ContainsRune(cfg.Store, os.PathSeparator) {
+		if !isPath(cfg.Store) {
 			return nil, fmt.Errorf("store %q: not a built-in driver (%s) nor a path to a driver binary", cfg.Store, strings.Join(driverhost.BuiltinNames(), ", "))
 		}
 		src.Path = cfg.Store
+		if len(cfg.StoreScratchConfig) > 0 {
+			src.ScratchConfig = func(dir string) map[string]string {
+				m := map[string]string{}
+				for k, v := range cfg.StoreScratchConfig {
+					m[k] = v
+				}
+				if _, ok := m["dir"]; ok {
+					m["dir"] = dir
+				}
+				return m
+			}
+		}
 	}
 	gate, err := trust.Open(cfg.Data, trust.Options{Logger: log})
 	if err != nil {
