@@ -361,30 +361,11 @@ func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int6
 	if !storable(threadID) || afterSeq == math.MaxInt64 {
 		return out, d.read(ctx, func(context.Context) error { return nil })
 	}
-	err := d.read(ctx, func(ctx context.Context) error {
-		out = out[:0]
-		rows, err := d.pool.Query(ctx, d.sql.history, threadID, afterSeq, limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var b []byte
-			if err := rows.Scan(&b); err != nil {
-				return err
-			}
-			var m storepb.Message
-			if err := unmarshal(b, &m); err != nil {
-				return err
-			}
-			out = append(out, storedriver.MessageFromProto(&m))
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readPayloads(ctx, d, func(b []byte) (record.Message, error) {
+		var m storepb.Message
+		err := unmarshal(b, &m)
+		return storedriver.MessageFromProto(&m), err
+	}, d.sql.history, threadID, afterSeq, limit)
 }
 
 // ListRuns implements driver.Driver.
@@ -399,10 +380,21 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 		after = after[:i]
 	}
 	after = strings.ToValidUTF8(after, "")
-	out := []record.Run{}
+	return readPayloads(ctx, d, func(b []byte) (record.Run, error) {
+		var r storepb.Run
+		err := unmarshal(b, &r)
+		return storedriver.RunFromProto(&r), err
+	}, d.sql.listRuns, string(state), after, limit)
+}
+
+// readPayloads runs query, whose rows are one payload each, as a read
+// (retried while that is safe) and decodes every payload. The result is
+// never nil.
+func readPayloads[T any](ctx context.Context, d *Driver, decode func([]byte) (T, error), query string, args ...any) ([]T, error) {
+	out := []T{}
 	err := d.read(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := d.pool.Query(ctx, d.sql.listRuns, string(state), after, limit)
+		rows, err := d.pool.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -412,11 +404,11 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 			if err := rows.Scan(&b); err != nil {
 				return err
 			}
-			var r storepb.Run
-			if err := unmarshal(b, &r); err != nil {
+			v, err := decode(b)
+			if err != nil {
 				return err
 			}
-			out = append(out, storedriver.RunFromProto(&r))
+			out = append(out, v)
 		}
 		return rows.Err()
 	})
