@@ -5,6 +5,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -15,16 +16,14 @@ import (
 // then refuses the mutation, which is retried from a fresh read. It holds
 // at most max threads, the oldest inserted dropped first.
 type snapCache struct {
-	mu    sync.Mutex
-	m     map[string]driver.ThreadSnapshot
-	order []string // insertion order, for eviction; may hold forgotten ids
-	max   int
+	mu sync.Mutex
+	f  fifo[driver.ThreadSnapshot]
 }
 
 func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.m[thread]
+	s, ok := c.f.get(thread)
 	if !ok {
 		return driver.ThreadSnapshot{}, false
 	}
@@ -40,17 +39,17 @@ func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool) {
 func (c *snapCache) set(s driver.ThreadSnapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old, ok := c.m[s.Thread.ID]
+	old, ok := c.f.get(s.Thread.ID)
 	if !ok || old.Thread.Version > s.Thread.Version {
 		return // only threads this layer commits to, and nothing older
 	}
-	c.m[s.Thread.ID] = s
+	c.f.set(s.Thread.ID, s)
 }
 
 func (c *snapCache) forget(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, thread)
+	c.f.del(thread)
 }
 
 // put records the snapshot after batch b, computed from a snapshot whose
@@ -74,30 +73,14 @@ func (c *snapCache) put(b driver.Batch, before, written []record.Run) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[b.ThreadID]; !ok {
-		for len(c.m) >= c.max && len(c.order) > 0 {
-			delete(c.m, c.order[0])
-			c.order = c.order[1:]
-		}
-		c.order = append(c.order, b.ThreadID)
-	}
-	c.m[b.ThreadID] = s
-	if len(c.order) > 2*c.max { // compact the ids forgotten meanwhile
-		kept := c.order[:0]
-		for _, id := range c.order {
-			if _, ok := c.m[id]; ok {
-				kept = append(kept, id)
-			}
-		}
-		c.order = kept
-	}
+	c.f.set(b.ThreadID, s)
 }
 
 // peek returns the cached header of a thread, without copying its runs.
 func (c *snapCache) peek(thread string) (record.Thread, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.m[thread]
+	s, ok := c.f.get(thread)
 	return s.Thread, ok
 }
 
@@ -107,10 +90,8 @@ func (c *snapCache) peek(thread string) (record.Thread, bool) {
 // may keep them while a writer replaces them. It holds at most max threads
 // and, per thread, at most maxHistMessages messages.
 type histCache struct {
-	mu    sync.Mutex
-	m     map[string]*histEntry
-	order []string
-	max   int
+	mu sync.Mutex
+	f  fifo[*histEntry]
 }
 
 type histEntry struct {
@@ -120,10 +101,14 @@ type histEntry struct {
 
 const maxHistMessages = 4096
 
-func (c *histCache) get(thread string) ([]record.Message, map[string]record.Run) {
+func (c *histCache) entry(thread string) (*histEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[thread]
+	return c.f.get(thread)
+}
+
+func (c *histCache) get(thread string) ([]record.Message, map[string]record.Run) {
+	e, ok := c.entry(thread)
 	if !ok {
 		return nil, nil
 	}
@@ -135,10 +120,10 @@ func (c *histCache) put(thread string, msgs []record.Message, terminal map[strin
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(msgs) > maxHistMessages {
-		delete(c.m, thread)
+		c.f.del(thread)
 		return
 	}
-	old, ok := c.m[thread]
+	old, ok := c.f.get(thread)
 	if ok && len(old.msgs) > len(msgs) {
 		return // a reader that raced with a longer one
 	}
@@ -155,33 +140,15 @@ func (c *histCache) put(thread string, msgs []record.Message, terminal map[strin
 	for id, r := range terminal {
 		runs[id] = r
 	}
-	if !ok {
-		for len(c.m) >= c.max && len(c.order) > 0 {
-			delete(c.m, c.order[0])
-			c.order = c.order[1:]
-		}
-		c.order = append(c.order, thread)
-	}
-	c.m[thread] = &histEntry{msgs: msgs, runs: runs}
-	if len(c.order) > 2*c.max {
-		kept := c.order[:0]
-		for _, id := range c.order {
-			if _, ok := c.m[id]; ok {
-				kept = append(kept, id)
-			}
-		}
-		c.order = kept
-	}
+	c.f.set(thread, &histEntry{msgs: msgs, runs: runs})
 }
 
 // doneCache keeps the terminal runs this store layer committed, with their
 // answers: a terminal run never changes again, so Result can answer from it
 // without reading. It holds at most max runs, the oldest dropped first.
 type doneCache struct {
-	mu    sync.Mutex
-	m     map[string]doneRun
-	order []string
-	max   int
+	mu sync.Mutex
+	f  fifo[doneRun]
 }
 
 type doneRun struct {
@@ -192,8 +159,7 @@ type doneRun struct {
 func (c *doneCache) get(id string) (doneRun, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.m[id]
-	return d, ok
+	return c.f.get(id)
 }
 
 // put records the terminal runs of a committed batch.
@@ -201,8 +167,7 @@ func (c *doneCache) put(b driver.Batch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range b.Runs {
-		switch r.State {
-		case record.StateQueued, record.StateActive:
+		if !runstate.IsTerminal(r.State) {
 			continue
 		}
 		d := doneRun{run: storedriver.CloneRun(r)}
@@ -217,14 +182,7 @@ func (c *doneCache) put(b driver.Batch) {
 				continue // answer not in this batch: read it
 			}
 		}
-		if _, ok := c.m[r.ID]; !ok {
-			if len(c.order) >= c.max {
-				delete(c.m, c.order[0])
-				c.order = c.order[1:]
-			}
-			c.order = append(c.order, r.ID)
-		}
-		c.m[r.ID] = d
+		c.f.set(r.ID, d)
 	}
 }
 
@@ -234,24 +192,19 @@ func (c *doneCache) put(b driver.Batch) {
 func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs []record.Run) {
 	terminal := map[string]record.Run{}
 	for _, r := range runs {
-		if r.State != record.StateQueued && r.State != record.StateActive {
+		if runstate.IsTerminal(r.State) {
 			terminal[r.ID] = storedriver.CloneRun(r)
 		}
 	}
 	if len(msgs) == 0 {
 		if len(terminal) > 0 {
-			c.mu.Lock()
-			e, ok := c.m[thread]
-			c.mu.Unlock()
-			if ok {
+			if e, ok := c.entry(thread); ok {
 				c.put(thread, e.msgs, terminal)
 			}
 		}
 		return
 	}
-	c.mu.Lock()
-	e, ok := c.m[thread]
-	c.mu.Unlock()
+	e, ok := c.entry(thread)
 	var have []record.Message
 	last := int64(0)
 	if ok {
@@ -269,4 +222,41 @@ func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs [
 		out = append(out, storedriver.CloneMessage(m))
 	}
 	c.put(thread, out, terminal)
+}
+
+// fifo is a map of at most max keys: setting a new key when it is full
+// drops the key set longest ago. Its owner locks it.
+type fifo[V any] struct {
+	m     map[string]V
+	order []string // the keys in the order they were set; may hold deleted ones
+	max   int
+}
+
+func newFIFO[V any](max int) fifo[V] { return fifo[V]{m: map[string]V{}, max: max} }
+
+func (f *fifo[V]) get(k string) (V, bool) {
+	v, ok := f.m[k]
+	return v, ok
+}
+
+func (f *fifo[V]) del(k string) { delete(f.m, k) }
+
+func (f *fifo[V]) set(k string, v V) {
+	if _, ok := f.m[k]; !ok {
+		for len(f.m) >= f.max && len(f.order) > 0 {
+			delete(f.m, f.order[0])
+			f.order = f.order[1:]
+		}
+		f.order = append(f.order, k)
+	}
+	f.m[k] = v
+	if len(f.order) > 2*f.max { // drop the keys deleted meanwhile
+		kept := f.order[:0]
+		for _, k := range f.order {
+			if _, ok := f.m[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		f.order = kept
+	}
 }

@@ -101,9 +101,9 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
-	return &Store{d: d, opt: opt, snaps: snapCache{m: map[string]driver.ThreadSnapshot{}, max: 4096},
-		hist: histCache{m: map[string]*histEntry{}, max: 1024},
-		done: doneCache{m: map[string]doneRun{}, max: 8192}}
+	return &Store{d: d, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
+		hist: histCache{f: newFIFO[*histEntry](1024)},
+		done: doneCache{f: newFIFO[doneRun](8192)}}
 }
 
 // NewID returns prefix + "_" + a time-ordered UUID (version 7) in hex.
