@@ -36,32 +36,29 @@ func ttlFromProto(ms int64) (time.Duration, error) {
 
 // AcquireLease implements storepb.StoreServer.
 func (s *Server) AcquireLease(ctx context.Context, req *storepb.AcquireLeaseRequest) (*storepb.LeaseResponse, error) {
-	l, err := s.leaser()
-	if err != nil {
-		return nil, err
-	}
-	ttl, err := ttlFromProto(req.GetTtlMs())
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	lease, err := l.AcquireLease(ctx, req.GetHolder(), ttl)
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	return &storepb.LeaseResponse{Lease: LeaseToProto(lease)}, nil
+	return s.leaseWithTTL(req.GetTtlMs(), func(l driver.Leaser, ttl time.Duration) (driver.Lease, error) {
+		return l.AcquireLease(ctx, req.GetHolder(), ttl)
+	})
 }
 
 // RenewLease implements storepb.StoreServer.
 func (s *Server) RenewLease(ctx context.Context, req *storepb.RenewLeaseRequest) (*storepb.LeaseResponse, error) {
+	return s.leaseWithTTL(req.GetTtlMs(), func(l driver.Leaser, ttl time.Duration) (driver.Lease, error) {
+		return l.RenewLease(ctx, req.GetEpoch(), ttl)
+	})
+}
+
+// leaseWithTTL checks ttlMs and answers with the lease op gives.
+func (s *Server) leaseWithTTL(ttlMs int64, op func(driver.Leaser, time.Duration) (driver.Lease, error)) (*storepb.LeaseResponse, error) {
 	l, err := s.leaser()
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := ttlFromProto(req.GetTtlMs())
+	ttl, err := ttlFromProto(ttlMs)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	lease, err := l.RenewLease(ctx, req.GetEpoch(), ttl)
+	lease, err := op(l, ttl)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
