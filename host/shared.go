@@ -227,6 +227,10 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 				rt.sh.mu.Lock()
 				rt.sh.replyTo[n.RunID] = append(rt.sh.replyTo[n.RunID], n.ReplyTo)
 				rt.sh.mu.Unlock()
+				if rt.st.KnownSettled(n.RunID) {
+					// It ran (found by the poll) before this notice came.
+					rt.replySettled(n.ThreadID, n.RunID)
+				}
 			}
 			if n.InterruptRunID != "" {
 				rt.interrupt(n.ThreadID, n.InterruptRunID)

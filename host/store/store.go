@@ -571,6 +571,12 @@ func (s *Store) Result(ctx context.Context, id string) (Result, error) {
 	return res, nil
 }
 
+// KnownSettled reports whether this store layer committed run id terminal.
+func (s *Store) KnownSettled(id string) bool {
+	_, ok := s.done.get(id)
+	return ok
+}
+
 // cachedResult answers Result from the terminal runs this store layer
 // committed, when the run and what answered it are among them.
 func (s *Store) cachedResult(id string) (Result, bool) {
