@@ -35,10 +35,13 @@ func childHost(dir string) int {
 		return 1
 	}
 	m, _ := model.NewScripted(model.Script{Steps: []model.ScriptStep{
-		{Delay: model.Duration(50 * time.Millisecond), Tool: &model.ScriptTool{Name: "lookup"}},
+		{Tool: &model.ScriptTool{Name: "lookup"}},
 		{Delay: model.Duration(time.Hour)}, // A is killed in its last step
 	}})
-	rt, err := host.New(ctx, host.Config{Driver: d, Policy: hintPolicy{}, Model: m, Tools: []model.Tool{lookupTool{}}, Logger: quietLog})
+	// A's tool call returns only once b is admitted and offered, so the
+	// boundary where A takes b cannot pass before b exists.
+	bOffered := make(chan struct{})
+	rt, err := host.New(ctx, host.Config{Driver: d, Policy: hintPolicy{}, Model: m, Tools: []model.Tool{gatedTool{open: bOffered}}, Logger: quietLog})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -57,12 +60,26 @@ func childHost(dir string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	close(bOffered)
 	if err := waitFor(rt, tA.RunID, host.EventInputTaken); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Printf("%s %s\n", tA.RunID, tB.RunID)
 	select {}
+}
+
+// gatedTool is the lookup tool, answering only once open is closed.
+type gatedTool struct{ open <-chan struct{} }
+
+func (gatedTool) Spec() model.ToolSpec { return lookupTool{}.Spec() }
+func (g gatedTool) Call(ctx context.Context, _ string) (string, error) {
+	select {
+	case <-g.open:
+		return "found", nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 func waitFor(rt *host.Runtime, runID string, typ host.EventType) error {
