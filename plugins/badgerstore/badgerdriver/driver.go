@@ -75,6 +75,10 @@ func Open(cfg Config) (*Driver, error) {
 		if lock, err = lockDir(cfg.Dir, lockWait); err != nil {
 			return nil, err
 		}
+		if err := removeEmptyMemtables(cfg.Dir, cfg.Logger); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("%w: badgerstore: opening %s: %v", driver.ErrInvalidArgument, cfg.Dir, err)
+		}
 	}
 	db, err := badger.Open(opts)
 	if err != nil {
