@@ -118,7 +118,16 @@ type sharedHost struct {
 	gate chan struct{}
 }
 
-func newSharedHost(t *testing.T, name string, d driver.Driver, gated bool) *sharedHost {
+// Lease lengths for the tests: short where a lease must expire within the
+// test; long where the test needs leases to hold however slow the machine
+// (a heartbeat late by more than a short lease loses it, and with it the
+// thread's ownership the test is about).
+const (
+	shortLease = 300 * time.Millisecond
+	longLease  = time.Minute
+)
+
+func newSharedHost(t *testing.T, name string, d driver.Driver, gated bool, ttl time.Duration) *sharedHost {
 	t.Helper()
 	step := model.ScriptStep{Answer: "answered by " + name}
 	if gated {
@@ -142,7 +151,7 @@ func newSharedHost(t *testing.T, name string, d driver.Driver, gated bool) *shar
 	}
 	h.rt, err = host.New(context.Background(), host.Config{
 		Driver: d, Model: m, Logger: quietLog, HostName: name,
-		LeaseTTL: 300 * time.Millisecond, PollInterval: 30 * time.Millisecond,
+		LeaseTTL: ttl, PollInterval: 30 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -168,13 +177,21 @@ func (h *sharedHost) wait(t *testing.T, runID string) host.Result {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	if !within(timeout, cond) {
+		t.Fatalf("not within %v: %s", timeout, what)
+	}
+}
+
+// within reports whether cond holds before d has passed.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", timeout, what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
 // A host cut off from the store past its lease's expiry loses its threads:
@@ -209,7 +226,7 @@ var sharedStores = map[string]func(t *testing.T) (a, b leaserDriver){
 
 func testStaleHostIsFenced(t *testing.T, da, d leaserDriver) {
 	pa := &partitioned{d: da}
-	a := newSharedHost(t, "A", pa, true)
+	a := newSharedHost(t, "A", pa, true, shortLease)
 	tk, err := a.rt.Submit(context.Background(), "T", "hello", host.SubmitOptions{IdempotencyKey: "k1"})
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +238,7 @@ func testStaleHostIsFenced(t *testing.T, da, d leaserDriver) {
 	staleOwner := a.rt.Epoch()
 	pa.down.Store(true) // A pauses: no heartbeat, no commits
 
-	b := newSharedHost(t, "B", d, false)
+	b := newSharedHost(t, "B", d, false, longLease)
 	res := b.wait(t, tk.RunID)
 	run, _ := b.rt.Run(context.Background(), tk.RunID)
 	if res.State != record.StateCompleted || answer(res) != "answered by B" || run.Attempt != 2 || run.Owner != b.rt.Epoch() {
@@ -274,7 +291,7 @@ func TestSharedNoticeWakesOwner(t *testing.T) {
 		for _, lose := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/notices_lost=%v", name, lose), func(t *testing.T) {
 				da, db := sharedStores[name](t)
-				a := newSharedHost(t, "A", da, false)
+				a := newSharedHost(t, "A", da, false, longLease)
 				first, err := a.rt.Submit(context.Background(), "T", "one", host.SubmitOptions{})
 				if err != nil {
 					t.Fatal(err)
@@ -284,7 +301,7 @@ func TestSharedNoticeWakesOwner(t *testing.T) {
 				if lose {
 					bd = dropNotices{db}
 				}
-				b := newSharedHost(t, "B", bd, false)
+				b := newSharedHost(t, "B", bd, false, longLease)
 				second, err := b.rt.Submit(context.Background(), "T", "two", host.SubmitOptions{})
 				if err != nil {
 					t.Fatal(err)
@@ -297,9 +314,13 @@ func TestSharedNoticeWakesOwner(t *testing.T) {
 				// B wakes A; A tells B the run settled.
 				if !lose {
 					// (A counts its notice once sent: B may have it first.)
-					eventually(t, "B hears that its run settled", func() bool {
+					if !within(timeout, func() bool {
 						return b.rt.Stats().NoticesReceived == 1 && a.rt.Stats().NoticesSent == 1
-					})
+					}) {
+						sa, sb := a.rt.Stats(), b.rt.Stats()
+						t.Fatalf("B did not hear that its run settled: A sent %d, received %d, lost %d leases; B sent %d, received %d, lost %d leases",
+							sa.NoticesSent, sa.NoticesReceived, sa.LeasesLost, sb.NoticesSent, sb.NoticesReceived, sb.LeasesLost)
+					}
 					if b.rt.Stats().NoticesSent != 1 || a.rt.Stats().NoticesReceived < 1 {
 						t.Fatalf("notices: B sent %d, A received %d", b.rt.Stats().NoticesSent, a.rt.Stats().NoticesReceived)
 					}
@@ -318,13 +339,13 @@ func (dropNotices) Notify(context.Context, driver.Notice) error { return nil }
 // over at once, without waiting for the expiry.
 func TestSharedCloseHandsOver(t *testing.T) {
 	d := memdriver.NewShared(nil)
-	a := newSharedHost(t, "A", d, false)
+	a := newSharedHost(t, "A", d, false, longLease)
 	first, err := a.rt.Submit(context.Background(), "T", "one", host.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.wait(t, first.RunID)
-	b := newSharedHost(t, "B", d, false)
+	b := newSharedHost(t, "B", d, false, longLease)
 	if rep, err := a.rt.Close(context.Background()); err != nil || !rep.Settled {
 		t.Fatalf("close A: %+v, %v", rep, err)
 	}
