@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 
 	"github.com/agenthost/agenthost/sdk/storedriver"
@@ -38,4 +39,16 @@ func BenchmarkRoundTrip(b *testing.B) {
 			storedrivertest.BenchRoundTrip(b, d)
 		})
 	}
+	// The same transport with next to no work in the driver.
+	b.Run("memstore-info", func(b *testing.B) {
+		d := launch(b, config(b, "memstore", b.TempDir()))
+		storedrivertest.BenchInfoRoundTrip(b, d)
+	})
+	// memstore on every core instead of the one it asks for (ADR 0121).
+	b.Run("memstore-allprocs", func(b *testing.B) {
+		cfg := config(b, "memstore", b.TempDir())
+		cfg.Env = append(cfg.Env, fmt.Sprintf("GOMAXPROCS=%d", runtime.NumCPU()))
+		d := launch(b, cfg)
+		storedrivertest.BenchRoundTrip(b, d)
+	})
 }

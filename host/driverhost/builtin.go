@@ -16,11 +16,17 @@ import (
 // is the driver name.
 const BuiltinEnv = "AGENTHOST_SERVE_DRIVER"
 
-// builtins are the drivers built into the host binary.
-var builtins = map[string]func() storedriver.Factory{
-	memdriver.Name:    func() storedriver.Factory { return memdriver.Factory },
-	badgerdriver.Name: func() storedriver.Factory { return badgerdriver.Factory{Logger: storedriver.Logger(badgerdriver.Name)} },
-	pgdriver.Name:     func() storedriver.Factory { return pgdriver.Factory{} },
+// builtins are the drivers built into the host binary, with how each is
+// served.
+var builtins = map[string]builtin{
+	memdriver.Name:    {func() storedriver.Factory { return memdriver.Factory }, memdriver.ServeOptions},
+	badgerdriver.Name: {func() storedriver.Factory { return badgerdriver.Factory{Logger: storedriver.Logger(badgerdriver.Name)} }, nil},
+	pgdriver.Name:     {func() storedriver.Factory { return pgdriver.Factory{} }, nil},
+}
+
+type builtin struct {
+	factory func() storedriver.Factory
+	opts    []storedriver.ServeOption
 }
 
 // BuiltinNames lists the built-in drivers.
@@ -42,11 +48,11 @@ func BuiltinNames() []string {
 //		return
 //	}
 func ServeBuiltin(name string) error {
-	f, ok := builtins[name]
+	b, ok := builtins[name]
 	if !ok {
 		return fmt.Errorf("no built-in store driver %q (have %v)", name, BuiltinNames())
 	}
-	storedriver.Serve(f())
+	storedriver.Serve(b.factory(), b.opts...)
 	return nil
 }
 

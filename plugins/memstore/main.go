@@ -9,5 +9,5 @@ import (
 )
 
 func main() {
-	storedriver.Serve(memdriver.Factory)
+	storedriver.Serve(memdriver.Factory, memdriver.ServeOptions...)
 }

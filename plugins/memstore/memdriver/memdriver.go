@@ -267,6 +267,12 @@ func (d *Driver) SetCommitHook(fn func(driver.Batch)) {
 	d.commitFn = fn
 }
 
+// ServeOptions are how the memstore plugin serves the driver: on one
+// thread, since every call takes one lock for a few microseconds, and one
+// thread hands a request from goroutine to goroutine without waking another
+// (docs/adr/0121-memstore-driver-on-one-thread.md).
+var ServeOptions = []storedriver.ServeOption{storedriver.WithMaxProcs(1)}
+
 // Factory opens a fresh in-memory driver; it is what the memstore plugin
 // serves. It takes no configuration.
 var Factory = storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {

@@ -71,11 +71,31 @@ func BenchRoundTrip(b *testing.B, d driver.Driver) {
 	if _, err := d.Commit(ctx, benchBatch(th, 0)); err != nil {
 		b.Fatal(err)
 	}
+	benchLatency(b, func() error {
+		_, err := d.LoadThread(ctx, th)
+		return err
+	})
+}
+
+// BenchInfoRoundTrip measures Info, the call that does the least work in
+// the driver: against BenchRoundTrip it tells the transport's share of a
+// round trip from the driver's.
+func BenchInfoRoundTrip(b *testing.B, d driver.Driver) {
+	ctx := context.Background()
+	benchLatency(b, func() error {
+		_, err := d.Info(ctx)
+		return err
+	})
+}
+
+// benchLatency times b.N calls of call, one at a time, and reports their
+// p50 and p99.
+func benchLatency(b *testing.B, call func() error) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		if _, err := d.LoadThread(ctx, th); err != nil {
+		if err := call(); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
