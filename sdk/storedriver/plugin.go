@@ -90,6 +90,15 @@ type serveOptions struct {
 	maxProcs int
 }
 
+// procs is the GOMAXPROCS Serve sets, or 0 to leave the runtime's: the
+// environment's GOMAXPROCS, when set, wins over WithMaxProcs.
+func (o serveOptions) procs(lookupEnv func(string) (string, bool)) int {
+	if _, set := lookupEnv("GOMAXPROCS"); set || o.maxProcs <= 0 {
+		return 0
+	}
+	return o.maxProcs
+}
+
 // WithMaxProcs runs the driver process's Go code on at most n threads at
 // once (runtime.GOMAXPROCS), unless the GOMAXPROCS environment variable
 // the host passed the driver says otherwise. A driver whose calls are short
@@ -118,8 +127,8 @@ func Serve(f Factory, opts ...ServeOption) {
 		opt(&o)
 	}
 	logger := Logger("driver")
-	if o.maxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(o.maxProcs)
+	if n := o.procs(os.LookupEnv); n > 0 {
+		runtime.GOMAXPROCS(n)
 	}
 	startProfile(logger)
 	srv := NewServer(f)
