@@ -3,7 +3,7 @@ GO       ?= go
 BIN      ?= bin
 STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
-RACE_PKGS ?= ./host/... ./plugins/... ./sdk/...
+RACE_PKGS ?= ./host/... ./plugins/... ./sdk/... ./cmd/...
 
 .PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak
 

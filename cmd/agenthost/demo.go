@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
@@ -32,22 +33,41 @@ func (readThreadTool) Call(context.Context, string) (string, error) {
 	return "12 messages about the launch plan", nil
 }
 
-// timeline prints a runtime's events as they happen.
+// timeline prints a runtime's events as they happen. The goroutines that
+// follow runs share it.
 type timeline struct {
 	w     io.Writer
 	start time.Time
+
+	mu    sync.Mutex
 	names map[string]string // run id → A, B, …
 }
 
+func (tl *timeline) setName(runID, name string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.names[runID] = name
+}
+
 func (tl *timeline) name(runID string) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
 	if n, ok := tl.names[runID]; ok {
 		return n
 	}
 	return runID
 }
 
+// say prints one line with the time since the start.
 func (tl *timeline) say(format string, args ...any) {
-	fmt.Fprintf(tl.w, "%6.2fs  %s\n", time.Since(tl.start).Seconds(), fmt.Sprintf(format, args...))
+	tl.print(fmt.Sprintf("%6.2fs  %s\n", time.Since(tl.start).Seconds(), fmt.Sprintf(format, args...)))
+}
+
+// print writes s; what several goroutines print never interleaves.
+func (tl *timeline) print(s string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	io.WriteString(tl.w, s)
 }
 
 // follow prints the events of a run until ctx ends or the run settles.
@@ -99,7 +119,7 @@ func demo(ctx context.Context, w io.Writer, d driver.Driver, pol policy.Policy, 
 	tl := &timeline{w: w, start: time.Now(), names: map[string]string{}}
 	first, second := "summarise this thread", "actually, in bullet points"
 
-	fmt.Fprintf(w, "Part 1: a refinement arrives while the first run works (policy %s)\n\n", pol.Manifest().Name)
+	tl.print(fmt.Sprintf("Part 1: a refinement arrives while the first run works (policy %s)\n\n", pol.Manifest().Name))
 	rt, err := newRT(d)
 	if err != nil {
 		return err
@@ -124,7 +144,7 @@ func demo(ctx context.Context, w io.Writer, d driver.Driver, pol policy.Policy, 
 	b, _ := rt.Run(ctx, tB.RunID)
 	tl.say("run B is %s/%s, absorbedIntoRunId=%s, no answer of its own", b.State, b.TerminalReason, tl.name(b.AbsorbedIntoRunID))
 
-	fmt.Fprintf(w, "\nPart 2: the host stops after the injection, before the answer\n\n")
+	tl.print("\nPart 2: the host stops after the injection, before the answer\n\n")
 	tA, tB, err = playTwoInputs(ctx, tl, rt, "demo-2", first, second)
 	if err != nil {
 		return err
@@ -161,7 +181,7 @@ func demo(ctx context.Context, w io.Writer, d driver.Driver, pol policy.Policy, 
 		}
 		tl.say("ticket of %s resolves: answered by %s: %q", tl.name(tk.RunID), tl.name(res.AnsweredByRunID), res.Answer.Content)
 	}
-	fmt.Fprintln(w, "\nNothing accepted was lost: every input has an answer.")
+	tl.print("\nNothing accepted was lost: every input has an answer.\n")
 	return nil
 }
 
@@ -172,7 +192,7 @@ func playTwoInputs(ctx context.Context, tl *timeline, rt *host.Runtime, thread, 
 	if err != nil {
 		return nil, nil, err
 	}
-	tl.names[tA.RunID] = "A"
+	tl.setName(tA.RunID, "A")
 	tl.say("submitted %q on thread %s: run A admitted (idle thread, no policy asked)", first, thread)
 	doneA := make(chan struct{})
 	go tl.follow(ctx, rt, tA.RunID, doneA)
@@ -183,7 +203,7 @@ func playTwoInputs(ctx context.Context, tl *timeline, rt *host.Runtime, thread, 
 	if err != nil {
 		return nil, nil, err
 	}
-	tl.names[tB.RunID] = "B"
+	tl.setName(tB.RunID, "B")
 	evs, _ := rt.Events(tB.RunID, 0)
 	decision := "?"
 	if len(evs) > 0 {
