@@ -56,7 +56,7 @@ func sections() []section {
 		row{label: "memstore round trip p50, served on one thread (its default)", key: dh + " BenchmarkRoundTrip/memstore", unit: "p50-µs",
 			peerLabel: "served on every core", peerKey: dh + " BenchmarkRoundTrip/memstore-allprocs", peerUnit: "p50-µs"},
 		row{label: "memstore Info round trip p50 (the transport alone)", key: dh + " BenchmarkRoundTrip/memstore-info", unit: "p50-µs",
-			peerLabel: "LoadThread", peerKey: dh + " BenchmarkRoundTrip/memstore", peerUnit: "p50-µs"})
+			peerLabel: "LoadThread, calls alternating with it", peerKey: dh + " BenchmarkRoundTrip/memstore-info", peerUnit: "load-p50-µs"})
 
 	wasmRows := []row{
 		{label: "C guest decision p50", key: wasm + " BenchmarkDecide/guest=c", unit: "p50-ns", peerLabel: "native Go, the same policy", peerKey: wasm + " BenchmarkDecide/native", peerUnit: "p50-ns", target: "≤ 2,000 ns", met: atMost(2000)},

@@ -78,14 +78,33 @@ func BenchRoundTrip(b *testing.B, d driver.Driver) {
 }
 
 // BenchInfoRoundTrip measures Info, the call that does the least work in
-// the driver: against BenchRoundTrip it tells the transport's share of a
-// round trip from the driver's.
+// the driver, alternating with LoadThread calls so that both meet the same
+// load: p50-µs is Info's, load-p50-µs LoadThread's. Their difference is the
+// driver's share of a round trip; Info alone is the transport's.
 func BenchInfoRoundTrip(b *testing.B, d driver.Driver) {
 	ctx := context.Background()
-	benchLatency(b, func() error {
-		_, err := d.Info(ctx)
-		return err
-	})
+	th := fmt.Sprintf("bench-rt-%d", benchRound.Add(1))
+	if _, err := d.Commit(ctx, benchBatch(th, 0)); err != nil {
+		b.Fatal(err)
+	}
+	info := make([]time.Duration, 0, b.N)
+	load := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := d.Info(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := d.LoadThread(ctx, th); err != nil {
+			b.Fatal(err)
+		}
+		info = append(info, t1.Sub(t0))
+		load = append(load, time.Since(t1))
+	}
+	b.StopTimer()
+	reportPercentiles(b, info, "")
+	reportPercentiles(b, load, "load-")
 }
 
 // benchLatency times b.N calls of call, one at a time, and reports their
@@ -101,9 +120,15 @@ func benchLatency(b *testing.B, call func() error) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	reportPercentiles(b, lat, "")
+}
+
+// reportPercentiles reports the p50 and p99 of lat, in µs, as
+// prefix+"p50-µs" and prefix+"p99-µs".
+func reportPercentiles(b *testing.B, lat []time.Duration, prefix string) {
 	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, prefix+"p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, prefix+"p99-µs")
 }
 
 func benchBatch(th string, v int64) driver.Batch {
