@@ -9,9 +9,10 @@
 // Serve speaks go-plugin (handshake Handshake, protocol version 1 through
 // VersionedPlugins, gRPC with messages up to MaxMessageSize) and ends the
 // process when its host dies. Options adjust the process: WithMaxProcs runs
-// it on fewer threads (memstore runs on one, see docs/adr/0121). The host side of the same protocol is Client,
-// a driver.Driver that forwards to the subprocess; ToStatus and FromStatus
-// carry the driver sentinels across, so errors.Is works on the host.
+// it on fewer threads (memstore runs on one, see docs/adr/0121). The host
+// side of the same protocol is Client, a driver.Driver that forwards to the
+// subprocess; ToStatus and FromStatus carry the driver sentinels across, so
+// errors.Is works on the host.
 //
 // The package also holds what every driver shares: the shape checks a driver
 // runs on a batch before it writes anything (ValidateBatch) and on listing

@@ -67,14 +67,11 @@ func BenchCommits(b *testing.B, d driver.Driver, threads int) {
 // run) from one goroutine, reporting p50 and p99 latency in µs.
 func BenchRoundTrip(b *testing.B, d driver.Driver) {
 	ctx := context.Background()
-	th := fmt.Sprintf("bench-rt-%d", benchRound.Add(1))
-	if _, err := d.Commit(ctx, benchBatch(th, 0)); err != nil {
-		b.Fatal(err)
-	}
-	benchLatency(b, func() error {
+	th := seedThread(b, d)
+	benchLatency(b, timedCall{"", func() error {
 		_, err := d.LoadThread(ctx, th)
 		return err
-	})
+	}})
 }
 
 // BenchInfoRoundTrip measures Info, the call that does the least work in
@@ -83,52 +80,55 @@ func BenchRoundTrip(b *testing.B, d driver.Driver) {
 // driver's share of a round trip; Info alone is the transport's.
 func BenchInfoRoundTrip(b *testing.B, d driver.Driver) {
 	ctx := context.Background()
+	th := seedThread(b, d)
+	benchLatency(b, timedCall{"", func() error {
+		_, err := d.Info(ctx)
+		return err
+	}}, timedCall{"load-", func() error {
+		_, err := d.LoadThread(ctx, th)
+		return err
+	}})
+}
+
+// seedThread commits a thread of its own for a benchmark to read.
+func seedThread(b *testing.B, d driver.Driver) string {
 	th := fmt.Sprintf("bench-rt-%d", benchRound.Add(1))
-	if _, err := d.Commit(ctx, benchBatch(th, 0)); err != nil {
+	if _, err := d.Commit(context.Background(), benchBatch(th, 0)); err != nil {
 		b.Fatal(err)
 	}
-	info := make([]time.Duration, 0, b.N)
-	load := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := d.Info(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if _, err := d.LoadThread(ctx, th); err != nil {
-			b.Fatal(err)
-		}
-		info = append(info, t1.Sub(t0))
-		load = append(load, time.Since(t1))
-	}
-	b.StopTimer()
-	reportPercentiles(b, info, "")
-	reportPercentiles(b, load, "load-")
+	return th
 }
 
-// benchLatency times b.N calls of call, one at a time, and reports their
-// p50 and p99.
-func benchLatency(b *testing.B, call func() error) {
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if err := call(); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	reportPercentiles(b, lat, "")
+// timedCall is a call benchLatency times, and the prefix of its metrics.
+type timedCall struct {
+	prefix string
+	call   func() error
 }
 
-// reportPercentiles reports the p50 and p99 of lat, in µs, as
-// prefix+"p50-µs" and prefix+"p99-µs".
-func reportPercentiles(b *testing.B, lat []time.Duration, prefix string) {
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, prefix+"p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, prefix+"p99-µs")
+// benchLatency makes b.N rounds of the calls, one at a time and in turn,
+// and reports each call's p50 and p99 in µs as prefix+"p50-µs" and
+// prefix+"p99-µs".
+func benchLatency(b *testing.B, calls ...timedCall) {
+	lat := make([][]time.Duration, len(calls))
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, b.N)
+	}
+	b.ResetTimer()
+	for range b.N {
+		for i, c := range calls {
+			t0 := time.Now()
+			if err := c.call(); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = append(lat[i], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	for i, c := range calls {
+		slices.Sort(lat[i])
+		b.ReportMetric(float64(lat[i][len(lat[i])/2].Nanoseconds())/1e3, c.prefix+"p50-µs")
+		b.ReportMetric(float64(lat[i][len(lat[i])*99/100].Nanoseconds())/1e3, c.prefix+"p99-µs")
+	}
 }
 
 func benchBatch(th string, v int64) driver.Batch {
