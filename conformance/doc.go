@@ -45,8 +45,8 @@
 //
 // The semantics group runs the host's own store layer (package host/store)
 // over the driver through scenarios S1, S5, S6, S7, S10 and S13 and checks
-// invariants I1-I4 and I6; S14 (an absorbing pair lands whole) is in the
-// atomicity group. The in-process contract of package
+// invariants I1-I4 and I6 (both numbered as in docs/design.md); S14 (an
+// absorbing pair lands whole) is in the atomicity group. The in-process contract of package
 // sdk/storedriver/storedrivertest is the same contract at the Go interface;
 // this suite checks it over the protocol, against a real process.
 //

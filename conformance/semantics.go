@@ -12,8 +12,8 @@ import (
 
 // The semantics group runs the host's store layer (package host/store) over
 // the driver through the scenarios that settle more than one run in one
-// commit (S1, S5, S6, S7, S10, S13 of the design), and checks the
-// invariants I1-I4 and I6 on what the driver then returns.
+// commit (S1, S5, S6, S7, S10, S13 of docs/design.md#scenarios), and checks
+// the invariants I1-I4 and I6 on what the driver then returns.
 
 func init() {
 	cases = append(cases,

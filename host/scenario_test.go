@@ -15,6 +15,8 @@ import (
 	"github.com/agenthost/agenthost/host/runstate"
 )
 
+// The scenarios S1-S14 are described in docs/design.md#scenarios.
+
 func forEachDriver(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
 	for _, name := range sortedKeys(driverFactories) {
 		mk := driverFactories[name]

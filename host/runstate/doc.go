@@ -30,4 +30,7 @@
 //   - Cancel: an operator ends a queued run (interrupted/canceled).
 //
 // Prompt and History project a thread's records into what a model sees.
+//
+// docs/design.md#reducer states these rules in full, with the invariants
+// (I1-I12) they keep and the scenarios (S1-S14) that test them.
 package runstate

@@ -10,7 +10,7 @@ import (
 // TestEnumerations checks the state table: each state's membership in the
 // active, recoverable and terminal enumerations, and that no state falls
 // outside all three (the withdrawn design's first defect: an "absorbed"
-// state that was none of them).
+// state that was none of them; docs/adr/0113-*.md).
 func TestEnumerations(t *testing.T) {
 	want := map[record.RunState]struct{ active, recoverable, recoverableOwnerGone, terminal bool }{
 		record.StateQueued:      {false, true, true, false},

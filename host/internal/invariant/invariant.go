@@ -1,11 +1,12 @@
 // Package invariant checks, from a store's durable records, the invariants
-// of the runtime that the records alone can show (ARCHITECTURE §9): I2 and
-// I3 (an absorbed run points at a completed run holding its inputs, ended in
-// the same commit, with no answer of its own), I6 (at most one active run
-// per thread; started runs end in seq order), I7 as far as a pair shows it,
-// and that every terminal run has a reason and only completed runs an
-// answer. The property test of the store layer and the runtime's simulation
-// both check through it, adding what only they know (admissions, prompts).
+// of the runtime (docs/design.md#invariants) that the records alone can
+// show: I2 and I3 (an absorbed run points at a completed run holding its
+// inputs, ended in the same commit, with no answer of its own), I6 (at
+// most one active run per thread; started runs end in seq order), I7 as
+// far as a pair shows it, and that every terminal run has a reason and only
+// completed runs an answer. The property test of the store layer and the
+// runtime's simulation both check through it, adding what only they know
+// (admissions, prompts).
 package invariant
 
 import (
