@@ -10,7 +10,6 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 func init() {
@@ -89,7 +88,7 @@ func (c *C) checkWhole(rule string, d driver.Driver, b driver.Batch) {
 	}
 	for _, k := range b.Idempotency {
 		got, err := d.GetIdempotency(c.ctx, k.ThreadID, k.Key)
-		if err != nil || storedriver.NormalizeIdempotency(got) != storedriver.NormalizeIdempotency(k) {
+		if err != nil || record.NormalizeIdempotency(got) != record.NormalizeIdempotency(k) {
 			c.Fatalf(rule, "idempotency key %q of committed batch %s: got %+v, %v", k.Key, b.CommitID, got, err)
 		}
 	}
@@ -107,7 +106,7 @@ func testBatch(c *C) {
 	c.checkWhole("atomicity.batch-whole", d, b)
 	snap, err := d.LoadThread(c.ctx, th.ID)
 	c.ok("reads.read-your-writes", "LoadThread", err)
-	if !reflect.DeepEqual(storedriver.NormalizeThread(snap.Thread), storedriver.NormalizeThread(b.Thread)) {
+	if !reflect.DeepEqual(record.NormalizeThread(snap.Thread), record.NormalizeThread(b.Thread)) {
 		c.Fatalf("atomicity.batch-whole", "thread header %+v, want %+v", snap.Thread, b.Thread)
 	}
 	if !slices.Equal(ids(snap.Runs), b.Thread.OpenRunIDs) {

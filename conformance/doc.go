@@ -27,8 +27,9 @@
 // ("atomicity.absorbing-pair", "index.list-by-state", ...); a failure names
 // the rules broken. Cases belong to capability tiers: basic (every driver),
 // durable (claimed by driver.Info.Durable: kill -9 the driver process during
-// a stream of commits, and at each fault point of the driver SDK, see
-// storedriver.FaultEnv; every acknowledged commit survives, no batch lands in
+// a stream of commits, and at each fault point of the driver SDK's server,
+// armed by AGENTHOST_DRIVER_FAULT in the driver's environment; every
+// acknowledged commit survives, no batch lands in
 // part), leases (claimed by driver.Info.Leases: every rule of
 // driver.Leaser, by the store's clock, with no timing that can flake: a
 // lease that must be dead is waited well past its expiry) and shared

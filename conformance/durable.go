@@ -11,7 +11,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	"github.com/agenthost/agenthost/sdk/storedriver"
+	"github.com/agenthost/agenthost/internal/driverfault"
 )
 
 func init() {
@@ -144,12 +144,12 @@ func testKillDuringCommits(c *C) {
 }
 
 // testCrashMidCommit kills the driver at each fault point of the SDK
-// (storedriver.FaultEnv) during a multi-record commit, relaunches it on the
+// (driverfault.Env) during a multi-record commit, relaunches it on the
 // same data and settles the outcome by reading: whole or absent, and whole
 // once the driver acknowledged it.
 func testCrashMidCommit(c *C) {
-	points := storedriver.FaultPoints
-	fault := func(i, n int) string { return fmt.Sprintf("%s=%s@%d", storedriver.FaultEnv, points[i], n) }
+	points := driverfault.Points
+	fault := func(i, n int) string { return fmt.Sprintf("%s=%s@%d", driverfault.Env, points[i], n) }
 	dir := c.newDir()
 	// One data directory throughout: each launch arms the next point.
 	d := c.startOn(dir, fault(0, 3))
@@ -178,9 +178,9 @@ func testCrashMidCommit(c *C) {
 		}
 		v := c.checkStream(d, "crash", version)
 		switch {
-		case point == storedriver.FaultBeforeCommit && v != version:
+		case point == driverfault.BeforeCommit && v != version:
 			c.Fatalf("crash.all-or-nothing", "killed before commit %d reached the driver, yet the thread is at version %d", version+1, v)
-		case point == storedriver.FaultAfterSyncBeforeReply && v != version+1:
+		case point == driverfault.AfterSyncBeforeReply && v != version+1:
 			c.Fatalf("crash.acknowledged-survives", "killed after the driver acknowledged commit %d (before the reply), the thread is at version %d after the relaunch", version+1, v)
 		}
 		version = v

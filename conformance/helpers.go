@@ -7,7 +7,6 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	"github.com/agenthost/agenthost/sdk/storedriver"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
@@ -50,11 +49,11 @@ func (th *thread) admit(rule, runID, key string) record.Run {
 // Equality up to representation: times by instant, nil and empty alike.
 
 func sameRun(a, b record.Run) bool {
-	return reflect.DeepEqual(storedriver.NormalizeRun(a), storedriver.NormalizeRun(b))
+	return reflect.DeepEqual(record.NormalizeRun(a), record.NormalizeRun(b))
 }
 
 func sameMessage(a, b record.Message) bool {
-	return reflect.DeepEqual(storedriver.NormalizeMessage(a), storedriver.NormalizeMessage(b))
+	return reflect.DeepEqual(record.NormalizeMessage(a), record.NormalizeMessage(b))
 }
 
 // allHistory reads a thread's whole history with page size limit.

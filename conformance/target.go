@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/storepb"
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/plugins/pgstore/pgdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -27,7 +28,7 @@ import (
 type Factory interface {
 	// Start starts a driver instance whose data lives in dir (the same dir
 	// on a relaunch), with env added to the driver process's environment
-	// (the suite passes storedriver.FaultEnv this way).
+	// (the suite arms the driver's fault points this way).
 	Start(ctx context.Context, dir string, env []string) (Instance, error)
 	// String names the target in reports.
 	String() string
@@ -216,8 +217,8 @@ func (p *inProcess) Start(ctx context.Context, dir string, env []string) (Instan
 		return nil, fmt.Errorf("%w: in-process drivers take no environment (%s)", ErrCannotKill, strings.Join(env, " "))
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv := storedriver.NewGRPCServer(nil)
-	s := storedriver.NewServer(p.f)
+	srv := driverrpc.NewGRPCServer(nil)
+	s := driverrpc.NewServer(p.f)
 	storepb.RegisterStoreServer(srv, s)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufconn",
@@ -227,7 +228,7 @@ func (p *inProcess) Start(ctx context.Context, dir string, env []string) (Instan
 		srv.Stop()
 		return nil, err
 	}
-	c := storedriver.NewClient(conn)
+	c := driverrpc.NewClient(conn)
 	var cfg map[string]string
 	if p.config != nil {
 		cfg = maps.Clone(p.config(dir))
@@ -241,7 +242,7 @@ func (p *inProcess) Start(ctx context.Context, dir string, env []string) (Instan
 }
 
 type inInstance struct {
-	*storedriver.Client
+	*driverrpc.Client
 	stop func()
 }
 

@@ -114,6 +114,20 @@ type Batch struct {
 // ProtocolVersion is the store protocol version this package describes.
 const ProtocolVersion = 1
 
+// MaxBatchBytes bounds the encoded size (in the protocol's wire form) of one
+// committed batch: the server of the protocol, in the driver process,
+// refuses a larger one with ErrTooLarge before the driver sees it.
+const MaxBatchBytes = 8 << 20
+
+// ManyCommitter is an optional interface of a driver, found by type
+// assertion, like Leaser: it commits several batches, each on its own, and
+// returns one version and one error per batch, in order. A driver that
+// groups commits implements it so that the batches the host sends together
+// share a group; any other driver gets them as concurrent calls of Commit.
+type ManyCommitter interface {
+	CommitMany(ctx context.Context, bs []Batch) ([]int64, []error)
+}
+
 // The sentinel errors of the driver contract.
 var (
 	// ErrVersionConflict: the thread changed since it was read; nothing was

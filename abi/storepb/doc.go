@@ -4,7 +4,9 @@
 //
 // Start at store.proto. Nothing here has logic; the conversions between
 // these messages and the records of package abi/record, the error mapping,
-// and the go-plugin glue live in package sdk/storedriver.
+// the client and server and the go-plugin glue are internal to the module
+// (package internal/driverrpc): a driver author serves a driver with
+// package sdk/storedriver and never sees the wire form.
 package storepb
 
 //go:generate make -C ../.. proto

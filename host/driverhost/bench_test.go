@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/agenthost/agenthost/sdk/storedriver"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
@@ -19,7 +19,7 @@ func BenchmarkCommit(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/threads=%d", name, threads), func(b *testing.B) {
 				cfg := config(b, name, b.TempDir())
 				if p := os.Getenv("BENCH_DRIVER_PROFILE"); p != "" {
-					cfg.Env = append(cfg.Env, storedriver.CPUProfileEnv+"="+p)
+					cfg.Env = append(cfg.Env, driverrpc.CPUProfileEnv+"="+p)
 				}
 				d := launch(b, cfg)
 				storedrivertest.BenchCommits(b, d, threads)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	"github.com/agenthost/agenthost/sdk/storedriver"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 )
 
 // Config says which driver binary to launch and how.
@@ -63,7 +63,7 @@ type Driver struct {
 type instance struct {
 	pc      *plugin.Client
 	rpc     plugin.ClientProtocol
-	c       *storedriver.Client
+	c       *driverrpc.Client
 	suspect chan struct{} // closed when a call found the driver unreachable
 	once    sync.Once
 }
@@ -137,10 +137,10 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	cmd.Env = append([]string{}, d.cfg.Env...)
 	sets := map[int]plugin.PluginSet{}
 	for _, v := range d.cfg.protocolVersions {
-		sets[v] = storedriver.PluginSets(nil)[driver.ProtocolVersion]
+		sets[v] = driverrpc.PluginSets(nil)[driver.ProtocolVersion]
 	}
 	pc := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  storedriver.Handshake,
+		HandshakeConfig:  driverrpc.Handshake,
 		VersionedPlugins: sets,
 		Cmd:              cmd,
 		// A fresh hash per SecureConfig: Check writes into it.
@@ -163,11 +163,11 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	if v := pc.NegotiatedVersion(); v != driver.ProtocolVersion {
 		return fail(fmt.Errorf("driver %s speaks store protocol version %d, not %d", d.cfg.Path, v, driver.ProtocolVersion))
 	}
-	raw, err := rpc.Dispense(storedriver.PluginName)
+	raw, err := rpc.Dispense(driverrpc.PluginName)
 	if err != nil {
 		return fail(fmt.Errorf("driver %s: %w", d.cfg.Path, err))
 	}
-	c, ok := raw.(*storedriver.Client)
+	c, ok := raw.(*driverrpc.Client)
 	if !ok {
 		return fail(fmt.Errorf("driver %s: unexpected plugin type %T", d.cfg.Path, raw))
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host/runstate"
-	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 // snapCache keeps, per thread, the snapshot that this store layer's last
@@ -28,9 +27,9 @@ func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool) {
 		return driver.ThreadSnapshot{}, false
 	}
 	// The reducer gets its own copy.
-	out := driver.ThreadSnapshot{Thread: storedriver.CloneThread(s.Thread), Runs: make([]record.Run, len(s.Runs))}
+	out := driver.ThreadSnapshot{Thread: record.CloneThread(s.Thread), Runs: make([]record.Run, len(s.Runs))}
 	for i, r := range s.Runs {
-		out.Runs[i] = storedriver.CloneRun(r)
+		out.Runs[i] = record.CloneRun(r)
 	}
 	return out, true
 }
@@ -62,14 +61,14 @@ func (c *snapCache) put(b driver.Batch, before, written []record.Run) {
 	for _, r := range written {
 		byID[r.ID] = r
 	}
-	s := driver.ThreadSnapshot{Thread: storedriver.CloneThread(b.Thread), Runs: make([]record.Run, 0, len(b.Thread.OpenRunIDs))}
+	s := driver.ThreadSnapshot{Thread: record.CloneThread(b.Thread), Runs: make([]record.Run, 0, len(b.Thread.OpenRunIDs))}
 	for _, id := range b.Thread.OpenRunIDs {
 		r, ok := byID[id]
 		if !ok {
 			c.forget(b.ThreadID) // cannot tell: read it next time
 			return
 		}
-		s.Runs = append(s.Runs, storedriver.CloneRun(r))
+		s.Runs = append(s.Runs, record.CloneRun(r))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -170,11 +169,11 @@ func (c *doneCache) put(b driver.Batch) {
 		if !runstate.IsTerminal(r.State) {
 			continue
 		}
-		d := doneRun{run: storedriver.CloneRun(r)}
+		d := doneRun{run: record.CloneRun(r)}
 		if r.State == record.StateCompleted {
 			for _, m := range b.Messages {
 				if m.ID == r.AssistantMessageID {
-					msg := storedriver.CloneMessage(m)
+					msg := record.CloneMessage(m)
 					d.answer = &msg
 				}
 			}
@@ -193,7 +192,7 @@ func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs [
 	terminal := map[string]record.Run{}
 	for _, r := range runs {
 		if runstate.IsTerminal(r.State) {
-			terminal[r.ID] = storedriver.CloneRun(r)
+			terminal[r.ID] = record.CloneRun(r)
 		}
 	}
 	if len(msgs) == 0 {
@@ -219,7 +218,7 @@ func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs [
 	out := make([]record.Message, 0, len(have)+len(msgs))
 	out = append(out, have...)
 	for _, m := range msgs {
-		out = append(out, storedriver.CloneMessage(m))
+		out = append(out, record.CloneMessage(m))
 	}
 	c.put(thread, out, terminal)
 }

@@ -1,22 +1,24 @@
-// Package storedriver is the Go SDK for store driver authors, and the Go
-// side of the store protocol (package abi/storepb) for both ends.
+// Package storedriver is the Go SDK for store driver authors: what a
+// driver's main needs to serve a driver.Driver (package abi/driver) as a
+// plugin subprocess of the agenthost host, and the shape checks every driver
+// makes.
 //
-// Where to start: a driver implements driver.Driver (package abi/driver),
-// wraps its constructor in a Factory, and its main is one call:
+// Where to start: a driver implements driver.Driver, wraps its constructor
+// in a Factory, and its main is one call:
 //
 //	func main() { storedriver.Serve(storedriver.FactoryFunc(open)) }
 //
-// Serve speaks go-plugin (handshake Handshake, protocol version 1 through
-// VersionedPlugins, gRPC with messages up to MaxMessageSize) and ends the
-// process when its host dies. Options adjust the process: WithMaxProcs runs
-// it on fewer threads (memstore runs on one, see docs/adr/0121). The host
-// side of the same protocol is Client, a driver.Driver that forwards to the
-// subprocess; ToStatus and FromStatus carry the driver sentinels across, so
-// errors.Is works on the host.
+// Serve speaks the store protocol (package abi/storepb) over go-plugin and
+// gRPC, and ends the process when its host dies. Options adjust the
+// process: WithMaxProcs runs it on fewer threads (memstore runs on one, see
+// docs/adr/0121). Logger is the logger a driver process logs with, so that
+// its lines reach the host's log with their levels and fields.
 //
-// The package also holds what every driver shares: the shape checks a driver
-// runs on a batch before it writes anything (ValidateBatch) and on listing
-// arguments (ValidateListRuns), deep copies of records for drivers that keep
-// them in memory, and the conversions to and from the wire form. The contract
-// every driver must pass is the test function in package storedrivertest.
+// A driver runs ValidateBatch on a batch before it writes anything, and
+// ValidateListRuns on the arguments of ListRuns. Optional capabilities
+// (driver.Leaser, driver.ManyCommitter) are found on the driver by type
+// assertion; the records' copying and normalising helpers are in package
+// abi/record. The contract every driver must pass is the test function in
+// package storedrivertest, and over the protocol, against the real process,
+// package conformance.
 package storedriver

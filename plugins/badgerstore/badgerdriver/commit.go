@@ -11,6 +11,8 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/internal/driverfault"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -57,15 +59,15 @@ func encode(b driver.Batch) (encoded, error) {
 		e.size += len(v)
 		return v
 	}
-	e.thread = marshal(storedriver.ThreadToProto(b.Thread))
+	e.thread = marshal(driverrpc.ThreadToProto(b.Thread))
 	for _, r := range b.Runs {
-		e.runs = append(e.runs, marshal(storedriver.RunToProto(r)))
+		e.runs = append(e.runs, marshal(driverrpc.RunToProto(r)))
 	}
 	for _, m := range b.Messages {
-		e.msgs = append(e.msgs, marshal(storedriver.MessageToProto(m)))
+		e.msgs = append(e.msgs, marshal(driverrpc.MessageToProto(m)))
 	}
 	for _, k := range b.Idempotency {
-		e.idem = append(e.idem, marshal(storedriver.IdempotencyToProto(k)))
+		e.idem = append(e.idem, marshal(driverrpc.IdempotencyToProto(k)))
 	}
 	return e, err
 }
@@ -87,7 +89,7 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	return b.Thread.Version, nil
 }
 
-// CommitMany implements storedriver.ManyCommitter: the batches are queued
+// CommitMany implements driver.ManyCommitter: the batches are queued
 // together, so that they share a group, and each gets its own result.
 func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
 	versions := make([]int64, len(bs))
@@ -214,7 +216,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 			}
 			continue
 		}
-		storedriver.Fault(storedriver.FaultAfterWriteBeforeSync)
+		driverfault.Reach(driverfault.AfterWriteBeforeSync)
 		err := txn.Commit()
 		if err != nil && len(pending) > 1 {
 			// Do not let one member's failure answer for the others.

@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/agenthost/agenthost/abi/driver"
-	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 // Config configures a Driver. Start from DefaultConfig.
@@ -44,7 +43,7 @@ func DefaultConfig(dir string) Config {
 		GCInterval:     5 * time.Minute,
 		GCDiscardRatio: 0.5,
 		MaxGroup:       256,
-		MaxBatchBytes:  storedriver.MaxBatchBytes,
+		MaxBatchBytes:  driver.MaxBatchBytes,
 	}
 }
 

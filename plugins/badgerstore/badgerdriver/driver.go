@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/abi/storepb"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -48,8 +49,8 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver             = (*Driver)(nil)
-	_ storedriver.ManyCommitter = (*Driver)(nil)
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.ManyCommitter = (*Driver)(nil)
 )
 
 // Open opens (creating if needed) the database in cfg.Dir.
@@ -167,13 +168,13 @@ func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.Thread
 		if err != nil {
 			return err
 		}
-		snap.Thread = storedriver.ThreadFromProto(t)
+		snap.Thread = driverrpc.ThreadFromProto(t)
 		for _, id := range t.OpenRunIds {
 			r, err := getRun(txn, id)
 			if err != nil {
 				return fmt.Errorf("badgerstore: thread %s lists open run %s: %w", threadID, id, err)
 			}
-			snap.Runs = append(snap.Runs, storedriver.RunFromProto(r))
+			snap.Runs = append(snap.Runs, driverrpc.RunFromProto(r))
 		}
 		return nil
 	})
@@ -195,7 +196,7 @@ func (d *Driver) GetRuns(ctx context.Context, ids []string) ([]record.Run, error
 			if err != nil {
 				return err
 			}
-			out = append(out, storedriver.RunFromProto(r))
+			out = append(out, driverrpc.RunFromProto(r))
 		}
 		return nil
 	})
@@ -221,7 +222,7 @@ func (d *Driver) GetIdempotency(ctx context.Context, threadID, key string) (reco
 	if err != nil {
 		return record.Idempotency{}, err
 	}
-	return storedriver.IdempotencyFromProto(&k), nil
+	return driverrpc.IdempotencyFromProto(&k), nil
 }
 
 // ReadHistory implements driver.Driver.
@@ -246,7 +247,7 @@ func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int6
 			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
 				return err
 			}
-			out = append(out, storedriver.MessageFromProto(&m))
+			out = append(out, driverrpc.MessageFromProto(&m))
 		}
 		return nil
 	})
@@ -277,7 +278,7 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 			if err != nil {
 				return fmt.Errorf("badgerstore: run %s indexed as %s: %w", id, state, err)
 			}
-			out = append(out, storedriver.RunFromProto(r))
+			out = append(out, driverrpc.RunFromProto(r))
 		}
 		return nil
 	})

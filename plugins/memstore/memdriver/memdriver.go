@@ -80,13 +80,13 @@ func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.Thread
 	if !ok {
 		return driver.ThreadSnapshot{Thread: record.Thread{ID: threadID}}, nil
 	}
-	snap := driver.ThreadSnapshot{Thread: storedriver.CloneThread(t), Runs: make([]record.Run, 0, len(t.OpenRunIDs))}
+	snap := driver.ThreadSnapshot{Thread: record.CloneThread(t), Runs: make([]record.Run, 0, len(t.OpenRunIDs))}
 	for _, id := range t.OpenRunIDs {
 		r, ok := d.runs[id]
 		if !ok {
 			return driver.ThreadSnapshot{}, fmt.Errorf("thread %s lists open run %s, which does not exist", threadID, id)
 		}
-		snap.Runs = append(snap.Runs, storedriver.CloneRun(r))
+		snap.Runs = append(snap.Runs, record.CloneRun(r))
 	}
 	return snap, nil
 }
@@ -141,18 +141,18 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 		if old, ok := d.runs[r.ID]; ok {
 			d.unindex(old)
 		}
-		d.runs[r.ID] = storedriver.CloneRun(r)
+		d.runs[r.ID] = record.CloneRun(r)
 		d.index(r)
 	}
 	for _, m := range b.Messages {
-		hist = append(hist, storedriver.CloneMessage(m))
+		hist = append(hist, record.CloneMessage(m))
 		d.msgIDs[m.ID] = true
 	}
 	d.history[b.ThreadID] = hist
 	for _, k := range b.Idempotency {
 		d.idem[idemKey{k.ThreadID, k.Key}] = k
 	}
-	d.threads[b.ThreadID] = storedriver.CloneThread(b.Thread)
+	d.threads[b.ThreadID] = record.CloneThread(b.Thread)
 	return b.Thread.Version, nil
 }
 
@@ -182,7 +182,7 @@ func (d *Driver) GetRuns(ctx context.Context, ids []string) ([]record.Run, error
 		if !ok {
 			return nil, fmt.Errorf("%w: run %q", driver.ErrNotFound, id)
 		}
-		out = append(out, storedriver.CloneRun(r))
+		out = append(out, record.CloneRun(r))
 	}
 	return out, nil
 }
@@ -222,7 +222,7 @@ func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int6
 	hist = hist[i:min(len(hist), i+limit)]
 	out := make([]record.Message, len(hist))
 	for i, m := range hist {
-		out[i] = storedriver.CloneMessage(m)
+		out[i] = record.CloneMessage(m)
 	}
 	return out, nil
 }
@@ -245,7 +245,7 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 	ids = ids[i:min(len(ids), i+limit)]
 	out := make([]record.Run, len(ids))
 	for i, id := range ids {
-		out[i] = storedriver.CloneRun(d.runs[id])
+		out[i] = record.CloneRun(d.runs[id])
 	}
 	return out, nil
 }

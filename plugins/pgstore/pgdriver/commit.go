@@ -12,12 +12,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 // MaxBatchBytes bounds the encoded size of one batch; a larger one is
 // driver.ErrTooLarge.
-const MaxBatchBytes = storedriver.MaxBatchBytes
+const MaxBatchBytes = driver.MaxBatchBytes
 
 // args are the arguments of commit_batch for one batch.
 type args struct {
@@ -74,14 +75,14 @@ func prepare(b driver.Batch) (*args, error) {
 		a.size += len(v)
 		return v
 	}
-	a.header = marshal(storedriver.ThreadToProto(b.Thread))
+	a.header = marshal(driverrpc.ThreadToProto(b.Thread))
 	n := len(b.Runs)
 	a.runIDs, a.runStates, a.runSeqs, a.runs = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
 	for i, r := range b.Runs {
 		if !storable(r.ID) {
 			return nil, fmt.Errorf("%w: run id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID)
 		}
-		a.runIDs[i], a.runStates[i], a.runSeqs[i], a.runs[i] = r.ID, string(r.State), r.Seq, marshal(storedriver.RunToProto(r))
+		a.runIDs[i], a.runStates[i], a.runSeqs[i], a.runs[i] = r.ID, string(r.State), r.Seq, marshal(driverrpc.RunToProto(r))
 	}
 	n = len(b.Messages)
 	a.msgIDs, a.msgSeqs, a.msgs = make([]string, n), make([]int64, n), make([][]byte, n)
@@ -92,7 +93,7 @@ func prepare(b driver.Batch) (*args, error) {
 		if i > 0 && m.Seq <= b.Messages[i-1].Seq {
 			return nil, fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, b.Messages[i-1].Seq)
 		}
-		a.msgIDs[i], a.msgSeqs[i], a.msgs[i] = m.ID, m.Seq, marshal(storedriver.MessageToProto(m))
+		a.msgIDs[i], a.msgSeqs[i], a.msgs[i] = m.ID, m.Seq, marshal(driverrpc.MessageToProto(m))
 	}
 	if n > 0 {
 		a.firstSeq, a.lastSeq = b.Messages[0].Seq, b.Messages[n-1].Seq
@@ -103,7 +104,7 @@ func prepare(b driver.Batch) (*args, error) {
 		if !storable(k.Key) {
 			return nil, fmt.Errorf("%w: idempotency key %q: keys must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, k.Key)
 		}
-		a.keys[i], a.keyPayloads[i] = k.Key, marshal(storedriver.IdempotencyToProto(k))
+		a.keys[i], a.keyPayloads[i] = k.Key, marshal(driverrpc.IdempotencyToProto(k))
 	}
 	if a.marshalErr != nil {
 		return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, a.marshalErr)
@@ -162,9 +163,9 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	return 0, mapOpError(ctx, err)
 }
 
-var _ storedriver.ManyCommitter = (*Driver)(nil)
+var _ driver.ManyCommitter = (*Driver)(nil)
 
-// CommitMany implements storedriver.ManyCommitter: the batches that a host
+// CommitMany implements driver.ManyCommitter: the batches that a host
 // sends together share one transaction, and so one round trip and one flush
 // of the write-ahead log, each still applied or refused on its own
 // (commit_batch_try runs it in a subtransaction). They are applied in

@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/abi/storepb"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
@@ -243,7 +244,7 @@ func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.Thread
 				if err := unmarshal(hdr, &t); err != nil {
 					return err
 				}
-				snap.Thread = storedriver.ThreadFromProto(&t)
+				snap.Thread = driverrpc.ThreadFromProto(&t)
 				first = false
 			}
 			if runID == nil {
@@ -256,7 +257,7 @@ func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.Thread
 			if err := unmarshal(run, &r); err != nil {
 				return err
 			}
-			snap.Runs = append(snap.Runs, storedriver.RunFromProto(&r))
+			snap.Runs = append(snap.Runs, driverrpc.RunFromProto(&r))
 		}
 		return rows.Err()
 	})
@@ -286,7 +287,7 @@ func (d *Driver) GetRuns(ctx context.Context, ids []string) ([]record.Run, error
 			if err := unmarshal(b, &r); err != nil {
 				return err
 			}
-			found[id] = storedriver.RunFromProto(&r)
+			found[id] = driverrpc.RunFromProto(&r)
 		}
 		return rows.Err()
 	})
@@ -346,7 +347,7 @@ func (d *Driver) GetIdempotency(ctx context.Context, threadID, key string) (reco
 	if err != nil {
 		return record.Idempotency{}, err
 	}
-	return storedriver.IdempotencyFromProto(&k), nil
+	return driverrpc.IdempotencyFromProto(&k), nil
 }
 
 // ReadHistory implements driver.Driver.
@@ -364,7 +365,7 @@ func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int6
 	return readPayloads(ctx, d, func(b []byte) (record.Message, error) {
 		var m storepb.Message
 		err := unmarshal(b, &m)
-		return storedriver.MessageFromProto(&m), err
+		return driverrpc.MessageFromProto(&m), err
 	}, d.sql.history, threadID, afterSeq, limit)
 }
 
@@ -383,7 +384,7 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 	return readPayloads(ctx, d, func(b []byte) (record.Run, error) {
 		var r storepb.Run
 		err := unmarshal(b, &r)
-		return storedriver.RunFromProto(&r), err
+		return driverrpc.RunFromProto(&r), err
 	}, d.sql.listRuns, string(state), after, limit)
 }
 

@@ -20,7 +20,6 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
-	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
 // Open returns a fresh, empty driver for one subtest. Run closes it.
@@ -106,11 +105,11 @@ func mapSlice[T any](xs []T, f func(T) T) []T {
 }
 
 func equalRuns(a, b []record.Run) bool {
-	return reflect.DeepEqual(mapSlice(a, storedriver.NormalizeRun), mapSlice(b, storedriver.NormalizeRun))
+	return reflect.DeepEqual(mapSlice(a, record.NormalizeRun), mapSlice(b, record.NormalizeRun))
 }
 
 func equalMessages(a, b []record.Message) bool {
-	return reflect.DeepEqual(mapSlice(a, storedriver.NormalizeMessage), mapSlice(b, storedriver.NormalizeMessage))
+	return reflect.DeepEqual(mapSlice(a, record.NormalizeMessage), mapSlice(b, record.NormalizeMessage))
 }
 
 func wantErr(t *testing.T, what string, err, want error) {
@@ -160,7 +159,7 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(storedriver.NormalizeThread(snap.Thread), storedriver.NormalizeThread(b.Thread)) {
+	if !reflect.DeepEqual(record.NormalizeThread(snap.Thread), record.NormalizeThread(b.Thread)) {
 		t.Fatalf("LoadThread header = %+v, want %+v", snap.Thread, b.Thread)
 	}
 	if !equalRuns(snap.Runs, []record.Run{r2, r1}) {
@@ -171,7 +170,7 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 		t.Fatalf("GetRuns = %+v, %v", runs, err)
 	}
 	got, err := d.GetIdempotency(ctx, th.ID, k.Key)
-	if err != nil || storedriver.NormalizeIdempotency(got) != storedriver.NormalizeIdempotency(k) {
+	if err != nil || record.NormalizeIdempotency(got) != record.NormalizeIdempotency(k) {
 		t.Fatalf("GetIdempotency = %+v, %v; want %+v", got, err, k)
 	}
 	msgs, err := d.ReadHistory(ctx, th.ID, 0, 10)

@@ -1,4 +1,4 @@
-package storedriver_test
+package driverrpc_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
@@ -31,16 +32,16 @@ var memFactory = storedriver.FactoryFunc(func(ctx context.Context, config map[st
 
 // connect returns a client over an in-process go-plugin gRPC connection to
 // a server of f.
-func connect(t *testing.T, f storedriver.Factory) *storedriver.Client {
+func connect(t *testing.T, f storedriver.Factory) *driverrpc.Client {
 	t.Helper()
-	client, _ := plugin.TestPluginGRPCConn(t, false, storedriver.PluginSets(storedriver.NewServer(f))[driver.ProtocolVersion])
+	client, _ := plugin.TestPluginGRPCConn(t, false, driverrpc.PluginSets(driverrpc.NewServer(f))[driver.ProtocolVersion])
 	// Closing the client shuts the server down (go-plugin's controller).
 	t.Cleanup(func() { client.Close() })
-	raw, err := client.Dispense(storedriver.PluginName)
+	raw, err := client.Dispense(driverrpc.PluginName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return raw.(*storedriver.Client)
+	return raw.(*driverrpc.Client)
 }
 
 func TestContractOverGRPC(t *testing.T) {
@@ -76,7 +77,7 @@ func TestErrorsRoundTrip(t *testing.T) {
 	for _, s := range []error{driver.ErrVersionConflict, driver.ErrNotFound, driver.ErrInvalidArgument,
 		driver.ErrTooLarge, driver.ErrUnavailable, driver.ErrClosed, context.Canceled, context.DeadlineExceeded} {
 		in := fmt.Errorf("%w: detail", s)
-		out := storedriver.FromStatus(storedriver.ToStatus(in))
+		out := driverrpc.FromStatus(driverrpc.ToStatus(in))
 		if !errors.Is(out, s) {
 			t.Errorf("%v crossed as %v, which is not %v", in, out, s)
 		}
@@ -89,7 +90,7 @@ func TestErrorsRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	plain := storedriver.FromStatus(storedriver.ToStatus(errors.New("disk on fire")))
+	plain := driverrpc.FromStatus(driverrpc.ToStatus(errors.New("disk on fire")))
 	if plain == nil || !strings.Contains(plain.Error(), "disk on fire") || errors.Is(plain, driver.ErrUnavailable) {
 		t.Errorf("a plain error crossed as %v", plain)
 	}
@@ -101,7 +102,7 @@ func TestTooLarge(t *testing.T) {
 	if err := c.Open(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	big := strings.Repeat("x", storedriver.MaxMessageSize+1)
+	big := strings.Repeat("x", driverrpc.MaxMessageSize+1)
 	b := driver.Batch{CommitID: "c", ThreadID: "t", Thread: record.Thread{ID: "t", Version: 1, LastCommitID: "c"},
 		Messages: []record.Message{{ID: "m", ThreadID: "t", Seq: 1, Content: big}}}
 	if _, err := c.Commit(ctx, b); !errors.Is(err, driver.ErrTooLarge) {

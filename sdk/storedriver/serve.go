@@ -5,75 +5,30 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	"github.com/agenthost/agenthost/abi/driver"
-	"github.com/agenthost/agenthost/abi/storepb"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 )
 
-// PluginName is the name under which a driver process serves the store
-// protocol in its go-plugin plugin set.
-const PluginName = "store"
-
-// MaxMessageSize bounds one gRPC message, request or reply, on both sides.
-// A larger request fails with driver.ErrTooLarge.
-const MaxMessageSize = 64 << 20
-
-// MaxBatchBytes bounds the encoded size of one committed batch: Server
-// refuses a larger one with driver.ErrTooLarge before the driver sees it.
-// Replies (pages of history, lists of runs) may be larger, up to
-// MaxMessageSize.
-const MaxBatchBytes = 8 << 20
-
-// Handshake is the go-plugin handshake of a store driver. Its protocol
-// version is the base version; the store protocol version is negotiated
-// through VersionedPlugins (see PluginSets).
-var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   "AGENTHOST_STORE_DRIVER",
-	MagicCookieValue: "b1c9f6c2-5f1e-4c53-9d0a-store-driver",
+// Factory opens a driver. It is what a driver author implements: Serve calls
+// Open once, when the host sends the driver its configuration.
+type Factory interface {
+	// Open returns a driver opened with config (driver-specific keys, e.g.
+	// "dir"). A bad config is an error wrapping driver.ErrInvalidArgument.
+	Open(ctx context.Context, config map[string]string) (driver.Driver, error)
 }
 
-// GRPCPlugin is the go-plugin glue of the store protocol. On the driver side
-// it serves Impl; on the host side it returns a *Client.
-type GRPCPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	// Impl is what the driver side serves; nil on the host side.
-	Impl *Server
-}
+// FactoryFunc adapts a function to Factory.
+type FactoryFunc func(ctx context.Context, config map[string]string) (driver.Driver, error)
 
-var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
-
-// GRPCServer implements plugin.GRPCPlugin.
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	storepb.RegisterStoreServer(s, p.Impl)
-	return nil
-}
-
-// GRPCClient implements plugin.GRPCPlugin.
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return NewClient(c), nil
-}
-
-// PluginSets returns the versioned plugin sets of a store driver: protocol
-// version driver.ProtocolVersion, serving s (nil on the host side).
-func PluginSets(s *Server) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		driver.ProtocolVersion: {PluginName: &GRPCPlugin{Impl: s}},
-	}
-}
-
-// NewGRPCServer is the gRPC server constructor of a driver process: the
-// options go-plugin passes, with message sizes raised to MaxMessageSize.
-func NewGRPCServer(opts []grpc.ServerOption) *grpc.Server {
-	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
-	return grpc.NewServer(opts...)
+// Open implements Factory.
+func (f FactoryFunc) Open(ctx context.Context, config map[string]string) (driver.Driver, error) {
+	return f(ctx, config)
 }
 
 // Logger returns the logger a driver process should log with: JSON on the
@@ -130,8 +85,8 @@ func Serve(f Factory, opts ...ServeOption) {
 	if n := o.procs(os.LookupEnv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
-	startProfile(logger)
-	srv := NewServer(f)
+	stopProfile := driverrpc.StartProfile(logger)
+	srv := driverrpc.NewServer(f)
 	stop := func(why string) {
 		logger.Info("ending the driver process", "reason", why)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -153,9 +108,9 @@ func Serve(f Factory, opts ...ServeOption) {
 	watchParent(func() { stop("the host process ended") })
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: PluginSets(srv),
-		GRPCServer:       NewGRPCServer,
+		HandshakeConfig:  driverrpc.Handshake,
+		VersionedPlugins: driverrpc.PluginSets(srv),
+		GRPCServer:       driverrpc.NewGRPCServer,
 		Logger:           logger,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -164,30 +119,4 @@ func Serve(f Factory, opts ...ServeOption) {
 		logger.Error("closing the driver", "error", err)
 	}
 	stopProfile()
-}
-
-// CPUProfileEnv names a file to write a CPU profile of the driver process
-// to, for the life of Serve (diagnostics; the host must pass it in the
-// driver's environment).
-const CPUProfileEnv = "AGENTHOST_DRIVER_CPUPROFILE"
-
-var stopProfile = func() {}
-
-func startProfile(logger hclog.Logger) {
-	path := os.Getenv(CPUProfileEnv)
-	if path == "" {
-		return
-	}
-	f, err := os.Create(path)
-	if err == nil {
-		err = pprof.StartCPUProfile(f)
-	}
-	if err != nil {
-		logger.Error("starting the CPU profile", "error", err)
-		return
-	}
-	stopProfile = func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}
 }

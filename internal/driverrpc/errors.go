@@ -1,4 +1,4 @@
-package storedriver
+package driverrpc
 
 import (
 	"context"

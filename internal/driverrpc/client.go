@@ -1,4 +1,4 @@
-package storedriver
+package driverrpc
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 )
 
 // Client is the host side of the protocol: a driver.Driver that forwards
-// every call over gRPC to a driver served by Serve. Errors come back as the
-// sentinels of package abi/driver (see FromStatus).
+// every call over gRPC to a driver served by storedriver.Serve. Errors come
+// back as the sentinels of package abi/driver (see FromStatus).
 type Client struct {
 	c      storepb.StoreClient
 	closed atomic.Bool

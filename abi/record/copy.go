@@ -1,10 +1,29 @@
-package storedriver
+package record
 
 import (
+	"maps"
+	"slices"
 	"time"
-
-	"github.com/agenthost/agenthost/abi/record"
 )
+
+// CloneThread returns a copy of t that shares no memory with it.
+func CloneThread(t Thread) Thread {
+	t.OpenRunIDs = slices.Clone(t.OpenRunIDs)
+	return t
+}
+
+// CloneRun returns a copy of r that shares no memory with it.
+func CloneRun(r Run) Run {
+	r.InputMessageIDs = slices.Clone(r.InputMessageIDs)
+	return r
+}
+
+// CloneMessage returns a copy of m that shares no memory with it.
+func CloneMessage(m Message) Message {
+	m.ToolCalls = slices.Clone(m.ToolCalls)
+	m.Metadata = maps.Clone(m.Metadata)
+	return m
+}
 
 // The Normalize functions return a record in the form in which two copies
 // compare equal (reflect.DeepEqual) when they hold the same data after a
@@ -12,7 +31,7 @@ import (
 // not zones), empty slices and maps nil.
 
 // NormalizeThread normalizes a thread header.
-func NormalizeThread(x record.Thread) record.Thread {
+func NormalizeThread(x Thread) Thread {
 	x.UpdatedAt = normTime(x.UpdatedAt)
 	if len(x.OpenRunIDs) == 0 {
 		x.OpenRunIDs = nil
@@ -21,7 +40,7 @@ func NormalizeThread(x record.Thread) record.Thread {
 }
 
 // NormalizeRun normalizes a run.
-func NormalizeRun(x record.Run) record.Run {
+func NormalizeRun(x Run) Run {
 	x.CreatedAt, x.StartedAt, x.EndedAt = normTime(x.CreatedAt), normTime(x.StartedAt), normTime(x.EndedAt)
 	if len(x.InputMessageIDs) == 0 {
 		x.InputMessageIDs = nil
@@ -30,7 +49,7 @@ func NormalizeRun(x record.Run) record.Run {
 }
 
 // NormalizeMessage normalizes a message.
-func NormalizeMessage(x record.Message) record.Message {
+func NormalizeMessage(x Message) Message {
 	x.CreatedAt = normTime(x.CreatedAt)
 	if len(x.ToolCalls) == 0 {
 		x.ToolCalls = nil
@@ -42,7 +61,7 @@ func NormalizeMessage(x record.Message) record.Message {
 }
 
 // NormalizeIdempotency normalizes an idempotency record.
-func NormalizeIdempotency(x record.Idempotency) record.Idempotency {
+func NormalizeIdempotency(x Idempotency) Idempotency {
 	x.CreatedAt = normTime(x.CreatedAt)
 	return x
 }

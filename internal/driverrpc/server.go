@@ -1,4 +1,4 @@
-package storedriver
+package driverrpc
 
 import (
 	"context"
@@ -10,30 +10,22 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/abi/storepb"
+	"github.com/agenthost/agenthost/internal/driverfault"
 )
 
-// Factory opens a driver. It is what a driver author implements: Serve calls
-// Open once, when the host sends the driver its configuration.
-type Factory interface {
-	// Open returns a driver opened with config (driver-specific keys, e.g.
-	// "dir"). A bad config is an error wrapping driver.ErrInvalidArgument.
+// Opener opens the driver a Server serves: a storedriver.Factory, which
+// has the same method.
+type Opener interface {
 	Open(ctx context.Context, config map[string]string) (driver.Driver, error)
 }
 
-// FactoryFunc adapts a function to Factory.
-type FactoryFunc func(ctx context.Context, config map[string]string) (driver.Driver, error)
-
-// Open implements Factory.
-func (f FactoryFunc) Open(ctx context.Context, config map[string]string) (driver.Driver, error) {
-	return f(ctx, config)
-}
-
-// Server is the gRPC server side of the protocol: it serves the driver a
-// Factory opens. Serve sets one up; tests may use NewServer directly.
+// Server is the gRPC server side of the protocol: it serves the driver an
+// Opener opens. storedriver.Serve sets one up in a driver process; the
+// conformance suite's in-process targets and tests use NewServer directly.
 type Server struct {
 	storepb.UnimplementedStoreServer
 
-	factory Factory
+	opener Opener
 
 	mu     sync.RWMutex
 	d      driver.Driver
@@ -42,8 +34,8 @@ type Server struct {
 
 var _ storepb.StoreServer = (*Server)(nil)
 
-// NewServer returns a server for the drivers f opens.
-func NewServer(f Factory) *Server { return &Server{factory: f} }
+// NewServer returns a server for the drivers o opens.
+func NewServer(o Opener) *Server { return &Server{opener: o} }
 
 func (s *Server) driver() (driver.Driver, error) {
 	s.mu.RLock()
@@ -67,7 +59,7 @@ func (s *Server) Open(ctx context.Context, req *storepb.OpenRequest) (*storepb.O
 	case s.d != nil:
 		return nil, ToStatus(fmt.Errorf("%w: the driver is already open", driver.ErrInvalidArgument))
 	}
-	d, err := s.factory.Open(ctx, req.GetConfig())
+	d, err := s.opener.Open(ctx, req.GetConfig())
 	if err != nil {
 		return nil, ToStatus(fmt.Errorf("opening the driver: %w", err))
 	}
@@ -114,15 +106,6 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 	return &storepb.CommitResponse{Version: v}, nil
 }
 
-// ManyCommitter is an optional interface of a driver, found by type
-// assertion: it commits several batches, each on its own, and returns one
-// version and one error per batch, in order. A driver that groups commits
-// implements it so that the batches of one CommitMany share a group; for
-// any other driver the server calls Commit concurrently.
-type ManyCommitter interface {
-	CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error)
-}
-
 // CommitMany implements storepb.StoreServer: each batch gets its own result.
 func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest) (*storepb.CommitManyResponse, error) {
 	d, err := s.driver()
@@ -132,7 +115,7 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 	pbs := req.GetBatches()
 	versions := make([]int64, len(pbs))
 	errs := make([]error, len(pbs))
-	if mc, ok := d.(ManyCommitter); ok {
+	if mc, ok := d.(driver.ManyCommitter); ok {
 		bs := make([]driver.Batch, 0, len(pbs))
 		idx := make([]int, 0, len(pbs))
 		for i, pb := range pbs {
@@ -172,8 +155,8 @@ func checkBatch(pb *storepb.Batch) error {
 	if pb == nil {
 		return fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
 	}
-	if n := proto.Size(pb); n > MaxBatchBytes {
-		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, MaxBatchBytes)
+	if n := proto.Size(pb); n > driver.MaxBatchBytes {
+		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, driver.MaxBatchBytes)
 	}
 	return nil
 }
@@ -185,10 +168,10 @@ func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, 
 	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
 		return 0, fmt.Errorf("%w: a fenced batch, but the driver has no leases", driver.ErrInvalidArgument)
 	}
-	Fault(FaultBeforeCommit)
+	driverfault.Reach(driverfault.BeforeCommit)
 	v, err := d.Commit(ctx, BatchFromProto(pb))
 	if err == nil {
-		Fault(FaultAfterSyncBeforeReply)
+		driverfault.Reach(driverfault.AfterSyncBeforeReply)
 	}
 	return v, err
 }
@@ -269,8 +252,8 @@ func (s *Server) Close(ctx context.Context, _ *storepb.CloseRequest) (*storepb.C
 	return &storepb.CloseResponse{}, nil
 }
 
-// CloseDriver closes the served driver, if one is open. Serve calls it when
-// the process is asked to end.
+// CloseDriver closes the served driver, if one is open. storedriver.Serve
+// calls it when the process is asked to end.
 func (s *Server) CloseDriver(ctx context.Context) error {
 	s.mu.Lock()
 	d := s.d

@@ -1,4 +1,4 @@
-package storedriver
+package driverrpc
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type coalescer struct {
 // commit sends pb alone or with others, and waits for its result.
 func (c *Client) commit(ctx context.Context, pb *storepb.Batch) (int64, error) {
 	p := &pendingCommit{ctx: ctx, pb: pb, size: proto.Size(pb), done: make(chan commitResult, 1)}
-	if p.size > MaxBatchBytes {
+	if p.size > driver.MaxBatchBytes {
 		// Alone: the driver refuses it, or the transport does.
 		r, err := c.c.Commit(ctx, &storepb.CommitRequest{Batch: pb}, callOpts...)
 		if err != nil {

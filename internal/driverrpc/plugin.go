@@ -1,0 +1,98 @@
+package driverrpc
+
+import (
+	"context"
+	"os"
+	"runtime/pprof"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/storepb"
+)
+
+// PluginName is the name under which a driver process serves the store
+// protocol in its go-plugin plugin set.
+const PluginName = "store"
+
+// MaxMessageSize bounds one gRPC message, request or reply, on both sides.
+// A larger request fails with driver.ErrTooLarge. A committed batch is
+// bounded lower, by driver.MaxBatchBytes; replies (pages of history, lists
+// of runs) may be larger, up to MaxMessageSize.
+const MaxMessageSize = 64 << 20
+
+// Handshake is the go-plugin handshake of a store driver. Its protocol
+// version is the base version; the store protocol version is negotiated
+// through VersionedPlugins (see PluginSets).
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "AGENTHOST_STORE_DRIVER",
+	MagicCookieValue: "b1c9f6c2-5f1e-4c53-9d0a-store-driver",
+}
+
+// GRPCPlugin is the go-plugin glue of the store protocol. On the driver side
+// it serves Impl; on the host side it returns a *Client.
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	// Impl is what the driver side serves; nil on the host side.
+	Impl *Server
+}
+
+var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
+
+// GRPCServer implements plugin.GRPCPlugin.
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	storepb.RegisterStoreServer(s, p.Impl)
+	return nil
+}
+
+// GRPCClient implements plugin.GRPCPlugin.
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return NewClient(c), nil
+}
+
+// PluginSets returns the versioned plugin sets of a store driver: protocol
+// version driver.ProtocolVersion, serving s (nil on the host side).
+func PluginSets(s *Server) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		driver.ProtocolVersion: {PluginName: &GRPCPlugin{Impl: s}},
+	}
+}
+
+// NewGRPCServer is the gRPC server constructor of a driver process: the
+// options go-plugin passes, with message sizes raised to MaxMessageSize.
+func NewGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	return grpc.NewServer(opts...)
+}
+
+// CPUProfileEnv names a file to write a CPU profile of the driver process
+// to, for the life of storedriver.Serve (diagnostics; the host must pass it
+// in the driver's environment).
+const CPUProfileEnv = "AGENTHOST_DRIVER_CPUPROFILE"
+
+// StartProfile starts the CPU profile CPUProfileEnv asks for, if any, and
+// returns the function that stops it (a no-op when there is none).
+func StartProfile(logger hclog.Logger) (stop func()) {
+	path := os.Getenv(CPUProfileEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		logger.Error("starting the CPU profile", "error", err)
+		if f != nil {
+			_ = f.Close()
+		}
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
+}
