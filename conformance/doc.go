@@ -4,21 +4,23 @@
 // "agenthost conformance", and as the host's admission gate (package
 // host/trust).
 //
-// Where to start: from go test, call Run with a Factory for your driver,
-// in the manner of testing/fstest.TestFS:
+// Where to start: from go test, call Run with a Target that starts your
+// driver, in the manner of testing/fstest.TestFS:
 //
 //	func TestConformance(t *testing.T) {
-//		f := conformance.Binary("./my-driver", conformance.DirConfig)
-//		conformance.Run(t, f, conformance.Options{})
+//		target := conformance.Binary("./my-driver", conformance.DirConfig)
+//		conformance.Run(t, target, conformance.Options{})
 //	}
 //
 // Binary launches the driver binary as the host does (go-plugin, checksum
 // pinned, no host environment). InProcess serves a storedriver.Factory in
-// the test process through the SDK's gRPC server; it is fast, but cannot be
-// killed, so the durable tier is not checked with it. Check runs the suite
-// and returns a Report (JSON, JUnit XML, a table); Main is the command
-// "agenthost conformance DRIVER [--profile quick|full] [--json FILE]
-// [--junit FILE]".
+// the test process through the same gRPC server and client as
+// storedriver.Serve and the host; it is fast, but cannot be killed, so the
+// durable tier is not checked with it. Check runs the suite and returns a
+// Report (JSON, JUnit XML, a table); Main is the command "agenthost
+// conformance DRIVER [--profile quick|full] [--json FILE] [--junit FILE]",
+// which also tests the drivers a binary has built in, by name, when it is
+// given them (Builtins). The suite itself knows no driver by name.
 //
 // The suite has a version (Version) that every report carries and that
 // keys the host's certificates. It is organised in groups (handshake,
@@ -29,8 +31,7 @@
 // durable (claimed by driver.Info.Durable: kill -9 the driver process during
 // a stream of commits, and at each fault point of the driver SDK's server,
 // armed by AGENTHOST_DRIVER_FAULT in the driver's environment; every
-// acknowledged commit survives, no batch lands in
-// part), leases (claimed by driver.Info.Leases: every rule of
+// acknowledged commit survives, no batch lands in part), leases (claimed by driver.Info.Leases: every rule of
 // driver.Leaser, by the store's clock, with no timing that can flake: a
 // lease that must be dead is waited well past its expiry) and shared
 // (several driver processes on one data set, seeing each other's commits,
@@ -39,10 +40,14 @@
 //
 // A driver whose data lives outside its instance's data directory (pgstore,
 // in a database) gets a place of its own there per directory and is told
-// to remove it afterwards: a Factory that is a Cleaner (WithCleanup);
-// BuiltinScratch says how for each built-in driver. Profiles: Quick is the gate
-// and runs every group with small sizes; Full adds 10k runs across 1k
-// threads, 1 MiB messages and longer commit streams.
+// to remove it afterwards: a Target that is a Cleaner (WithCleanup). The
+// driver's storedriver.Factory says how through the optional interfaces
+// ScratchConfigurer and ScratchCleaner, which ScratchOf turns into a
+// target's configuration and cleanup.
+//
+// Profiles: Quick is the gate and runs every group with small sizes; Full
+// adds 10k runs across 1k threads, 1 MiB messages and longer commit
+// streams.
 //
 // The semantics group runs the host's own store layer (package host/store)
 // over the driver through scenarios S1, S5, S6, S7, S10 and S13 and checks

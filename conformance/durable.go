@@ -280,7 +280,7 @@ func testLargeMessages(c *C) {
 // commits and fence each other by version.
 func testShared(c *C) {
 	d1, dir := c.start()
-	in, err := c.s.f.Start(c.ctx, dir, nil)
+	in, err := c.s.target.Start(c.ctx, dir, nil)
 	if err != nil {
 		c.Fatalf("shared.same-data", "a second instance on the same data does not start: %v", err)
 	}

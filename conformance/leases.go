@@ -332,7 +332,7 @@ func testNotices(c *C) {
 
 // second starts another instance on dir, closed with the case.
 func (c *C) second(dir string) Instance {
-	in, err := c.s.f.Start(c.ctx, dir, nil)
+	in, err := c.s.target.Start(c.ctx, dir, nil)
 	if err != nil {
 		c.Fatalf("shared.same-data", "a second instance on the same data does not start: %v", err)
 	}

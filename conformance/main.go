@@ -9,8 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-
-	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // Exit codes of Main.
@@ -23,8 +21,8 @@ const (
 const usage = `usage: agenthost conformance DRIVER [flags]
 
 Runs the store driver conformance suite (version %s) against DRIVER: a path
-to a driver binary, or the name of a built-in driver (%s), served by this
-binary re-executed.
+to a driver binary, or the name of a driver built into this binary (%s),
+served by this binary re-executed.
 
 flags:
 `
@@ -39,13 +37,21 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 // table at the end on stdout, and returns the exit code: ExitPass, ExitFail,
 // or ExitUsage for bad arguments and a driver that cannot be launched.
 //
-// A built-in DRIVER re-executes the running binary, which must call
-// driverhost.ServeBuiltin when driverhost.BuiltinEnv is set.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// DRIVER is a driver binary's path, or one of builtins' names (nil: the
+// binary has no built-in drivers), tested as builtins.Target says.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, builtins Builtins) int {
+	var names []string
+	if builtins != nil {
+		names = builtins.Names()
+	}
+	known := strings.Join(names, ", ")
+	if known == "" {
+		known = "none"
+	}
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, usage, Version, strings.Join(driverhost.BuiltinNames(), ", "))
+		fmt.Fprintf(stderr, usage, Version, known)
 		fs.PrintDefaults()
 	}
 	profile := fs.String("profile", string(Quick), "quick (the host's gate) or full (adds scale)")
@@ -76,17 +82,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return ExitUsage
 	}
-	target := positional[0]
+	path := positional[0]
 	opts := Options{Profile: Profile(*profile), Only: *only}
 	for _, t := range tiers {
 		opts.Tiers = append(opts.Tiers, Tier(t))
 	}
 
-	var f Factory
+	var target Target
 	switch {
-	case strings.ContainsRune(target, os.PathSeparator) || fileExists(target):
-		if !fileExists(target) {
-			fmt.Fprintf(stderr, "conformance: no driver binary at %s\n", target)
+	case strings.ContainsRune(path, os.PathSeparator) || fileExists(path):
+		if !fileExists(path) {
+			fmt.Fprintf(stderr, "conformance: no driver binary at %s\n", path)
 			return ExitUsage
 		}
 		cfg, err := configFunc(configs, *noConfig)
@@ -94,8 +100,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "conformance:", err)
 			return ExitUsage
 		}
-		f = Binary(target, cfg)
-	case slices.Contains(driverhost.BuiltinNames(), target):
+		target = Binary(path, cfg)
+	case slices.Contains(names, path):
 		launch := map[string]string{}
 		for _, kv := range configs {
 			k, v, ok := strings.Cut(kv, "=")
@@ -106,18 +112,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			launch[k] = v
 		}
 		var err error
-		if f, err = BuiltinWith(target, launch); err != nil {
+		if target, err = builtins.Target(path, launch); err != nil {
 			fmt.Fprintln(stderr, "conformance:", err)
 			return ExitUsage
 		}
 	default:
-		fmt.Fprintf(stderr, "conformance: %q is neither a driver binary nor a built-in driver (%s)\n", target, strings.Join(driverhost.BuiltinNames(), ", "))
+		fmt.Fprintf(stderr, "conformance: %q is neither a driver binary nor a built-in driver (%s)\n", path, known)
 		return ExitUsage
 	}
 
-	fmt.Fprintf(stdout, "%s %s, profile %s: %s\n", SuiteName, Version, opts.Profile, f)
+	fmt.Fprintf(stdout, "%s %s, profile %s: %s\n", SuiteName, Version, opts.Profile, target)
 	opts.Progress = func(r Result) { fmt.Fprintln(stdout, ProgressLine(r)) }
-	rep, err := Check(ctx, f, opts)
+	rep, err := Check(ctx, target, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return ExitUsage

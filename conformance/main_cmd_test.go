@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func TestMainCommand(t *testing.T) {
@@ -18,7 +19,7 @@ func TestMainCommand(t *testing.T) {
 	dir := t.TempDir()
 	main := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
-		code := conformance.Main(ctx, args, &out, &errb)
+		code := conformance.Main(ctx, args, &out, &errb, builtins.Registry{})
 		return code, out.String(), errb.String()
 	}
 	t.Run("usage", func(t *testing.T) {

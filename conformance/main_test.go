@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/sdk/storedriver"
@@ -19,8 +19,8 @@ var noBins string
 
 func TestMain(m *testing.M) {
 	// Re-executed as a driver subprocess: a built-in driver, or a broken one.
-	if name := os.Getenv(driverhost.BuiltinEnv); name != "" {
-		if err := driverhost.ServeBuiltin(name); err != nil {
+	if served, err := builtins.ServeIfAsked(); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

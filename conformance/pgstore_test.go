@@ -13,11 +13,12 @@ import (
 	"github.com/agenthost/agenthost/plugins/pgstore/pgdriver"
 )
 
-// pgstoreFactory tests the pgstore binary on the database at url, each
+// pgstoreTarget tests the pgstore binary on the database at url, each
 // instance in the scratch schema of its data directory, as the gate does
-// (conformance.BuiltinScratch), dropped when the suite is done with it.
-func pgstoreFactory(url string) conformance.Factory {
-	sc := conformance.BuiltinScratch(pgdriver.Name, map[string]string{"url": url, "max_conns": "8"})
+// (conformance.ScratchOf its factory), dropped when the suite is done with
+// it.
+func pgstoreTarget(url string) conformance.Target {
+	sc := conformance.ScratchOf(pgdriver.Factory{}, map[string]string{"url": url, "max_conns": "8"})
 	return conformance.WithCleanup(conformance.Binary(bins["pgstore"], sc.Config), sc.Clean)
 }
 
@@ -52,7 +53,7 @@ func TestPgstore(t *testing.T) {
 	if testing.Short() {
 		profile = conformance.Quick
 	}
-	rep := conformance.Run(t, pgstoreFactory(url), conformance.Options{Profile: profile, Tiers: []conformance.Tier{conformance.TierShared}})
+	rep := conformance.Run(t, pgstoreTarget(url), conformance.Options{Profile: profile, Tiers: []conformance.Tier{conformance.TierShared}})
 	want := []conformance.Tier{conformance.TierBasic, conformance.TierDurable, conformance.TierLeases, conformance.TierShared}
 	if !slices.Equal(rep.Passed, want) {
 		var buf strings.Builder

@@ -9,22 +9,22 @@ import (
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
-// Run runs the suite against the drivers f starts, from a driver's own
+// Run runs the suite against the drivers target starts, from a driver's own
 // tests, in the manner of testing/fstest.TestFS: each case is a subtest
 // named group/name, failing with the rules it broke. It also runs the
-// driver SDK's contract (package storedrivertest) on instances of f, as
+// driver SDK's contract (package storedrivertest) on instances of target, as
 // subtests of "contract", and returns the suite's report (which the
 // contract's outcome is not part of).
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, conformance.Binary(bin, conformance.DirConfig), conformance.Options{})
 //	}
-func Run(t *testing.T, f Factory, opts Options) *Report {
+func Run(t *testing.T, target Target, opts Options) *Report {
 	t.Helper()
 	if opts.ScratchDir == "" {
 		opts.ScratchDir = t.TempDir()
 	}
-	rep, err := Check(context.Background(), f, opts)
+	rep, err := Check(context.Background(), target, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +42,14 @@ func Run(t *testing.T, f Factory, opts Options) *Report {
 	if rep.Error != "" {
 		t.Errorf("the suite could not run: %s", rep.Error)
 	}
-	// The in-process contract of the driver SDK, on instances of f.
+	// The in-process contract of the driver SDK, on instances of target.
 	t.Run("contract", func(t *testing.T) {
 		storedrivertest.Run(t, func(t *testing.T) driver.Driver {
 			dir := t.TempDir()
-			if cl, ok := f.(Cleaner); ok {
+			if cl, ok := target.(Cleaner); ok {
 				t.Cleanup(func() { _ = cl.Clean(context.Background(), dir) }) // after the contract closes the instance
 			}
-			in, err := f.Start(context.Background(), dir, nil)
+			in, err := target.Start(context.Background(), dir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

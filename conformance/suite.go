@@ -154,10 +154,10 @@ func (r *Report) Counts() (pass, fail, skip int) {
 	return
 }
 
-// Check runs the suite against the drivers f starts and returns the report.
+// Check runs the suite against the drivers target starts and returns the report.
 // It fails (Report.Pass false) when any case fails; an error is returned
 // only for bad options.
-func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
+func Check(ctx context.Context, target Target, opts Options) (*Report, error) {
 	if opts.Profile == "" {
 		opts.Profile = Quick
 	}
@@ -169,14 +169,14 @@ func Check(ctx context.Context, f Factory, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("unknown tier %q (want basic, durable, leases or shared)", t)
 		}
 	}
-	rep := &Report{Suite: SuiteName, SuiteVersion: Version, Profile: opts.Profile, Target: f.String(), Started: time.Now()}
+	rep := &Report{Suite: SuiteName, SuiteVersion: Version, Profile: opts.Profile, Target: target.String(), Started: time.Now()}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
 	scratch, err := os.MkdirTemp(opts.ScratchDir, "conformance-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	s := &suite{f: f, opts: opts, scratch: scratch}
+	s := &suite{target: target, opts: opts, scratch: scratch}
 	// Instances are closed before their data is cleaned (see Cleaner):
 	// this runs after the shared instance's close below.
 	defer s.clean()
@@ -224,7 +224,7 @@ func (s *suite) probe(ctx context.Context) (DriverInfo, error) {
 		return DriverInfo{}, err
 	}
 	s.dirs = append(s.dirs, dir)
-	in, err := s.f.Start(ctx, dir, nil)
+	in, err := s.target.Start(ctx, dir, nil)
 	if err != nil {
 		return DriverInfo{}, fmt.Errorf("starting the driver: %w", err)
 	}
@@ -237,9 +237,9 @@ func (s *suite) probe(ctx context.Context) (DriverInfo, error) {
 }
 
 // clean removes what the instances on the suite's data directories keep
-// outside them, when the factory is a Cleaner.
+// outside them, when the target is a Cleaner.
 func (s *suite) clean() {
-	cl, ok := s.f.(Cleaner)
+	cl, ok := s.target.(Cleaner)
 	if !ok {
 		return
 	}
@@ -303,7 +303,7 @@ type testCase struct {
 var cases []testCase
 
 type suite struct {
-	f       Factory
+	target  Target
 	opts    Options
 	info    DriverInfo
 	claimed []Tier
@@ -319,7 +319,7 @@ type suite struct {
 // sharedInstance returns the suite's shared instance.
 func (c *C) sharedInstance() Instance {
 	if c.s.shared == nil {
-		in, err := c.s.f.Start(c.ctx, c.newDir(), nil)
+		in, err := c.s.target.Start(c.ctx, c.newDir(), nil)
 		if err != nil {
 			c.Fatalf("handshake.start", "starting the driver: %v", err)
 		}
@@ -438,7 +438,7 @@ func (c *C) start() (Instance, string) {
 
 // startOn starts an instance on dir, with extra environment.
 func (c *C) startOn(dir string, env ...string) Instance {
-	in, err := c.s.f.Start(c.ctx, dir, env)
+	in, err := c.s.target.Start(c.ctx, dir, env)
 	if err != nil {
 		c.Fatalf("handshake.start", "starting the driver: %v", err)
 	}

@@ -18,14 +18,13 @@ import (
 	"github.com/agenthost/agenthost/abi/storepb"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/internal/driverrpc"
-	"github.com/agenthost/agenthost/plugins/pgstore/pgdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
 
-// Factory starts the driver under test. The suite starts many instances,
-// each on a scratch data directory it owns, and relaunches some on the same
-// directory after killing them.
-type Factory interface {
+// Target is the driver under test: it starts the driver's instances. The
+// suite starts many instances, each on a scratch data directory it owns,
+// and relaunches some on the same directory after killing them.
+type Target interface {
 	// Start starts a driver instance whose data lives in dir (the same dir
 	// on a relaunch), with env added to the driver process's environment
 	// (the suite arms the driver's fault points this way).
@@ -44,7 +43,7 @@ type Instance interface {
 	Pid() int
 }
 
-// Cleaner is implemented by a Factory whose instances keep data outside
+// Cleaner is implemented by a Target whose instances keep data outside
 // their data directory: a schema in a database server, say. The suite calls
 // Clean with every data directory it started instances on, once they are
 // closed and it is done with them, and removes the directories itself.
@@ -54,14 +53,14 @@ type Cleaner interface {
 	Clean(ctx context.Context, dir string) error
 }
 
-// WithCleanup returns f, with clean removing the data of the instances on
+// WithCleanup returns t, with clean removing the data of the instances on
 // a directory (see Cleaner).
-func WithCleanup(f Factory, clean func(ctx context.Context, dir string) error) Factory {
-	return &cleaning{Factory: f, clean: clean}
+func WithCleanup(t Target, clean func(ctx context.Context, dir string) error) Target {
+	return &cleaning{Target: t, clean: clean}
 }
 
 type cleaning struct {
-	Factory
+	Target
 	clean func(ctx context.Context, dir string) error
 }
 
@@ -82,45 +81,15 @@ func DirConfig(dir string) map[string]string { return map[string]string{"dir": d
 func NoConfig(string) map[string]string { return nil }
 
 // Binary tests the driver binary at path, launched as the host launches it
-// (package host/plugin), each instance opened with config(dir).
-func Binary(path string, config ConfigFunc) Factory {
+// (package host/driverhost), each instance opened with config(dir).
+func Binary(path string, config ConfigFunc) Target {
 	return &process{name: path, cfg: driverhost.Config{Path: path}, config: config}
 }
 
 // Launched tests the drivers that cfg launches, each opened with
 // config(dir) (cfg.DriverConfig is replaced).
-func Launched(name string, cfg driverhost.Config, config ConfigFunc) Factory {
+func Launched(name string, cfg driverhost.Config, config ConfigFunc) Target {
 	return &process{name: name, cfg: cfg, config: config}
-}
-
-// Builtin tests the built-in driver name, served by the running binary
-// re-executed (driverhost.Builtin): the binary must call
-// driverhost.ServeBuiltin when driverhost.BuiltinEnv is set. Its scratch
-// instances are BuiltinScratch(name, nil)'s: pgstore needs BuiltinWith.
-func Builtin(name string) (Factory, error) {
-	return BuiltinWith(name, nil)
-}
-
-// BuiltinWith tests the built-in driver name as Builtin does, its scratch
-// instances those of BuiltinScratch(name, launch).
-func BuiltinWith(name string, launch map[string]string) (Factory, error) {
-	cfg, err := driverhost.Builtin(name, nil)
-	if err != nil {
-		return nil, err
-	}
-	sc := BuiltinScratch(name, launch)
-	var f Factory = &process{name: "builtin:" + name, cfg: cfg, config: sc.Config}
-	if sc.Clean != nil {
-		f = WithCleanup(f, sc.Clean)
-	}
-	return f, nil
-}
-
-// BuiltinConfig is the configuration of a scratch instance of the built-in
-// driver name on dir, for a driver whose scratch instances need nothing of
-// its launch configuration (BuiltinScratch(name, nil).Config).
-func BuiltinConfig(name string) ConfigFunc {
-	return BuiltinScratch(name, nil).Config
 }
 
 // Scratch says how the suite makes the scratch instances of a driver.
@@ -132,29 +101,53 @@ type Scratch struct {
 	Clean func(ctx context.Context, dir string) error
 }
 
-// BuiltinScratch returns the scratch instances of the built-in driver name
-// that runs with configuration launch (the user's): memstore gets no
-// configuration, badgerstore its data directory, and pgstore the same
-// server and database as launch's url (and its pool settings) in a schema
-// of the data directory's own (pgdriver.ScratchSchema), never the user's
-// tables, dropped by Clean.
-func BuiltinScratch(name string, launch map[string]string) Scratch {
-	switch name {
-	case "memstore":
-		return Scratch{Config: NoConfig}
-	case pgdriver.Name:
-		launch = maps.Clone(launch)
-		return Scratch{
-			Config: func(dir string) map[string]string { return pgdriver.ScratchConfig(launch, dir) },
-			Clean: func(ctx context.Context, dir string) error {
-				if launch["url"] == "" {
-					return nil // no instance could start
-				}
-				return pgdriver.DropScratch(ctx, launch, dir)
-			},
-		}
+// ScratchConfigurer is an optional interface of a driver's
+// storedriver.Factory, for a driver whose scratch instances are configured
+// otherwise than DirConfig's {"dir": DIR}: one that takes no configuration,
+// or keeps its data in a database server.
+type ScratchConfigurer interface {
+	// ScratchConfig returns the configuration of a scratch instance on dir
+	// of a driver that runs with configuration launch (the user's): never
+	// the user's data, and nothing another directory's instance sees.
+	ScratchConfig(launch map[string]string, dir string) map[string]string
+}
+
+// ScratchCleaner is an optional interface of a driver's storedriver.Factory
+// whose scratch instances keep data outside their data directory (a schema
+// in a database server, say).
+type ScratchCleaner interface {
+	// CleanScratch removes what the scratch instances on dir of a driver
+	// that runs with configuration launch kept outside dir. The instances
+	// are closed.
+	CleanScratch(ctx context.Context, launch map[string]string, dir string) error
+}
+
+// ScratchOf returns how the suite makes the scratch instances of the
+// drivers f opens, for a driver that runs with configuration launch (the
+// user's): f's ScratchConfig and CleanScratch when it has them (see
+// ScratchConfigurer, ScratchCleaner), DirConfig and nothing to clean
+// otherwise.
+func ScratchOf(f storedriver.Factory, launch map[string]string) Scratch {
+	launch = maps.Clone(launch)
+	sc := Scratch{Config: DirConfig}
+	if c, ok := f.(ScratchConfigurer); ok {
+		sc.Config = func(dir string) map[string]string { return c.ScratchConfig(launch, dir) }
 	}
-	return Scratch{Config: DirConfig}
+	if c, ok := f.(ScratchCleaner); ok {
+		sc.Clean = func(ctx context.Context, dir string) error { return c.CleanScratch(ctx, launch, dir) }
+	}
+	return sc
+}
+
+// Builtins are the drivers built into a binary, which Main tests by name,
+// served by the binary re-executed (the agenthost command's).
+type Builtins interface {
+	// Names lists them.
+	Names() []string
+	// Target returns the target that tests the built-in driver name, its
+	// scratch instances those of the driver running with configuration
+	// launch (the user's).
+	Target(name string, launch map[string]string) (Target, error)
 }
 
 type process struct {
@@ -197,10 +190,11 @@ func (p *procInstance) Kill() error {
 func (p *procInstance) Pid() int { return p.Driver.Pid() }
 
 // InProcess tests the drivers f opens, served in this process through the
-// SDK's server and client over an in-memory gRPC connection (so every
-// request crosses the wire form). Instances cannot be killed: the durable
-// tier is skipped, and fails to pass, with this factory.
-func InProcess(name string, f storedriver.Factory, config ConfigFunc) Factory {
+// server and client storedriver.Serve and the host use, over an in-memory
+// gRPC connection (so every request crosses the wire form). Instances
+// cannot be killed: the durable tier is skipped, and fails to pass, with
+// this target.
+func InProcess(name string, f storedriver.Factory, config ConfigFunc) Target {
 	return &inProcess{name: name, f: f, config: config}
 }
 

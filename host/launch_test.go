@@ -4,10 +4,11 @@ import (
 	"context"
 
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func driverhostBuiltin(dir string) (driverhost.Config, error) {
-	lc, err := driverhost.Builtin("badgerstore", map[string]string{"dir": dir})
+	lc, err := builtins.Launch("badgerstore", map[string]string{"dir": dir})
 	lc.Logger = quietLog
 	return lc, err
 }

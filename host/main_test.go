@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
@@ -18,8 +19,8 @@ import (
 // subprocess (the host re-executes itself for its built-in drivers), and a
 // host process that the S3 test kills.
 func TestMain(m *testing.M) {
-	if name := os.Getenv(driverhost.BuiltinEnv); name != "" {
-		if err := driverhost.ServeBuiltin(name); err != nil {
+	if served, err := builtins.ServeIfAsked(); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -36,7 +37,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // launchBuiltin starts a built-in driver as a subprocess of this binary.
 func launchBuiltin(tb testing.TB, name string, cfg map[string]string) *driverhost.Driver {
 	tb.Helper()
-	lc, err := driverhost.Builtin(name, cfg)
+	lc, err := builtins.Launch(name, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 // Config is the server's configuration. It comes from a YAML file
@@ -198,8 +200,10 @@ func (c Config) validate() error {
 	if isPath(c.Store) && c.StoreConfig["url"] != "" && len(c.StoreScratchConfig) == 0 {
 		errs = append(errs, fmt.Errorf("store %s: store_config names a database (url), so the driver gate needs store_scratch_config, the configuration it certifies the driver on: the conformance suite never runs on your data", c.Store))
 	}
-	if c.Store == "pgstore" && c.StoreURL == "" && c.StoreConfig["url"] == "" {
-		errs = append(errs, errors.New("store pgstore needs a database URL: store_url (env AGENTHOST_STORE_URL, flag --store-url)"))
+	if builtins.Has(c.Store) {
+		if _, err := builtins.Configure(c.Store, c.StoreConfig, builtins.Host{Data: c.Data, StoreURL: c.StoreURL}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))

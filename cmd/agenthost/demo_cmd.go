@@ -13,6 +13,7 @@ import (
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
 	"github.com/agenthost/agenthost/host/wasm"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func init() {
@@ -38,7 +39,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The demo's host admits its store like any host: through the gate.
-	gate, err := trust.Open(dir, trust.Options{Logger: quiet})
+	gate, err := trust.Open(dir, trust.Options{Builtins: builtins.Registry{}, Logger: quiet})
 	if err != nil {
 		fmt.Fprintln(stderr, "agenthost:", err)
 		return exitUsage

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/agenthost/agenthost/conformance"
-	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func init() {
@@ -25,22 +25,18 @@ func init() {
 func runConformance(args []string, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "-h" || a == "--help" || a == "-help" {
-			fmt.Fprintln(stderr, "Usage: agenthost conformance DRIVER [--profile quick|full] [--json FILE] [--junit FILE]\n\nDRIVER is a driver binary's path or a built-in driver name ("+strings.Join(driverhost.BuiltinNames(), ", ")+").")
+			fmt.Fprintln(stderr, "Usage: agenthost conformance DRIVER [--profile quick|full] [--json FILE] [--junit FILE]\n\nDRIVER is a driver binary's path or a built-in driver name ("+strings.Join(builtins.Names(), ", ")+").")
 			fmt.Fprintln(stderr, "Exit status: 0 pass, 1 fail, 2 usage or launch error.\n\nExample:\n  agenthost conformance ./bin/agenthost-badgerstore --profile full --junit report.xml")
 			return exitOK
 		}
 	}
-	return conformance.Main(context.Background(), args, stdout, stderr)
+	return conformance.Main(context.Background(), args, stdout, stderr, builtins.Registry{})
 }
 
 // driverSource turns a command-line DRIVER into a gate source.
 func driverSource(arg string) trust.Source {
-	if !strings.ContainsRune(arg, os.PathSeparator) {
-		for _, n := range driverhost.BuiltinNames() {
-			if n == arg {
-				return trust.Source{Builtin: arg}
-			}
-		}
+	if !strings.ContainsRune(arg, os.PathSeparator) && builtins.Has(arg) {
+		return trust.Source{Builtin: arg}
 	}
 	return trust.Source{Path: arg}
 }
@@ -49,7 +45,7 @@ func driverSource(arg string) trust.Source {
 // suite's own report says what happened (and the durability cases kill
 // driver processes on purpose).
 func openGate(data string, stderr io.Writer) (*trust.Gate, error) {
-	return trust.Open(data, trust.Options{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))})
+	return trust.Open(data, trust.Options{Builtins: builtins.Registry{}, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))})
 }
 
 func runDriverCertify(args []string, stdout, stderr io.Writer) int {

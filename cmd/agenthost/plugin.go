@@ -4,18 +4,18 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 // servePluginIfAsked serves a built-in store driver when this binary was
-// re-executed as a driver subprocess (driverhost.Builtin). It reports
-// whether it did.
+// re-executed as a driver subprocess (builtins.Launch). It reports whether
+// it did.
 func servePluginIfAsked() (int, bool) {
-	name := os.Getenv(driverhost.BuiltinEnv)
-	if name == "" {
+	served, err := builtins.ServeIfAsked()
+	if !served {
 		return 0, false
 	}
-	if err := driverhost.ServeBuiltin(name); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "agenthost:", err)
 		return exitUsage, true
 	}

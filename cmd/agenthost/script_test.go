@@ -12,12 +12,12 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func TestMain(m *testing.M) {
 	// Re-executed as a built-in store driver: main1 serves it.
-	if os.Getenv(driverhost.BuiltinEnv) != "" {
+	if os.Getenv(builtins.Env) != "" {
 		os.Exit(main1())
 	}
 	testscript.Main(m, map[string]func(){"agenthost": func() { os.Exit(main1()) }})

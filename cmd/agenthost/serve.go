@@ -26,6 +26,7 @@ import (
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/trust"
 	"github.com/agenthost/agenthost/host/wasm"
+	"github.com/agenthost/agenthost/internal/builtins"
 )
 
 func init() {
@@ -183,22 +184,15 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		dcfg[k] = v
 	}
 	var src trust.Source
-	switch cfg.Store {
-	case "badgerstore":
-		if dcfg["dir"] == "" {
-			dcfg["dir"] = filepath.Join(cfg.Data, "badgerstore")
+	if builtins.Has(cfg.Store) {
+		var err error
+		if dcfg, err = builtins.Configure(cfg.Store, dcfg, builtins.Host{Data: cfg.Data, StoreURL: cfg.StoreURL}); err != nil {
+			return nil, err
 		}
 		src.Builtin = cfg.Store
-	case "memstore":
-		src.Builtin = cfg.Store
-	case "pgstore":
-		if cfg.StoreURL != "" {
-			dcfg["url"] = cfg.StoreURL
-		}
-		src.Builtin = cfg.Store
-	default:
+	} else {
 		if !isPath(cfg.Store) {
-			return nil, fmt.Errorf("store %q: not a built-in driver (%s) nor a path to a driver binary", cfg.Store, strings.Join(driverhost.BuiltinNames(), ", "))
+			return nil, fmt.Errorf("store %q: not a built-in driver (%s) nor a path to a driver binary", cfg.Store, strings.Join(builtins.Names(), ", "))
 		}
 		src.Path = cfg.Store
 		if len(cfg.StoreScratchConfig) > 0 {
@@ -214,7 +208,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 			}
 		}
 	}
-	gate, err := trust.Open(cfg.Data, trust.Options{Logger: log})
+	gate, err := trust.Open(cfg.Data, trust.Options{Builtins: builtins.Registry{}, Logger: log})
 	if err != nil {
 		return nil, err
 	}

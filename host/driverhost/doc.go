@@ -8,6 +8,7 @@
 // fails with driver.ErrUnavailable, and the next call runs on a fresh
 // process. The subprocess's logs arrive in the host's log/slog logger.
 //
-// Builtin and ServeBuiltin let one binary serve the built-in drivers
-// (memstore, badgerstore) by re-executing itself as the subprocess.
+// The package knows no driver by name: the drivers built into the agenthost
+// binary, served by the binary re-executed, are launched with the Config
+// their registry (package internal/builtins) returns.
 package driverhost

@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
@@ -65,7 +66,7 @@ func TestContract(t *testing.T) {
 func TestBuiltin(t *testing.T) {
 	ctx := context.Background()
 	builtin := func(t *testing.T, name string, dc map[string]string) *driverhost.Driver {
-		cfg, err := driverhost.Builtin(name, dc)
+		cfg, err := builtins.Launch(name, dc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func TestBuiltin(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if _, err := driverhost.Builtin("nosuch", nil); err == nil {
+	if _, err := builtins.Launch("nosuch", nil); err == nil {
 		t.Fatal("Builtin of an unknown driver: no error")
 	}
 	noChildren(t)

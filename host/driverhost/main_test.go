@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agenthost/agenthost/host/driverhost"
+	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/testbin"
 )
 
@@ -22,8 +22,8 @@ var noBins string
 
 func TestMain(m *testing.M) {
 	// Re-executed as a driver subprocess (see TestBuiltin).
-	if name := os.Getenv(driverhost.BuiltinEnv); name != "" {
-		if err := driverhost.ServeBuiltin(name); err != nil {
+	if served, err := builtins.ServeIfAsked(); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -20,9 +20,14 @@
 // The suite runs on scratch data under DIR/drivers/scratch, never on the
 // user's: the driver's configuration for the scratch instance is the
 // configuration it will run with, its "dir" key pointed at scratch (see
-// Source.ScratchConfig). The built-in pgstore keeps its data in a database,
-// not a directory: its scratch instances use the database it is launched
-// with, each in a schema of its own named after its scratch directory
-// (conformance.BuiltinScratch), dropped when the suite ends. The host's environment is never passed to a
-// driver (driverhost.Config.Env is its whole environment).
+// Source.ScratchConfig). A driver whose data lives outside that directory
+// says how its scratch instances keep theirs (conformance.ScratchOf): the
+// built-in pgstore keeps its data in a database, not a directory, so its
+// scratch instances use the database it is launched with, each in a schema
+// of its own named after its scratch directory, dropped when the suite
+// ends. The host's environment is never passed to a driver
+// (driverhost.Config.Env is its whole environment).
+//
+// The gate knows no driver by name: the drivers built into the host binary
+// come from Options.Builtins, which the command wires in.
 package trust

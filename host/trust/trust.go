@@ -55,15 +55,15 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 type Source struct {
 	// Path is the driver binary. Ignored when Builtin is set.
 	Path string
-	// Builtin names a built-in driver (driverhost.BuiltinNames) served by
-	// the host binary re-executed.
+	// Builtin names a driver built into the host binary, served by the
+	// binary re-executed (see Options.Builtins).
 	Builtin string
 	// Env is the driver process's whole environment (its own config).
 	Env []string
 	// ScratchConfig is the configuration of a scratch instance on dir. Nil:
-	// for a built-in, conformance.BuiltinScratch's for the configuration it
-	// is launched with (pgstore: the same database, a scratch schema, dropped
-	// after the suite); otherwise the driver's
+	// for a built-in, what Options.Builtins' Scratch says for the
+	// configuration it is launched with (pgstore: the same database, a
+	// scratch schema, dropped after the suite); otherwise the driver's
 	// launch configuration with its "dir" key, if any, set to dir.
 	ScratchConfig conformance.ConfigFunc
 }
@@ -105,6 +105,20 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, if set, sees each result of a certification as it comes.
 	Progress func(conformance.Result)
+	// Builtins are the drivers built into the host binary, which
+	// Source.Builtin names; nil: none.
+	Builtins Builtins
+}
+
+// Builtins are the drivers built into the host binary, served by the
+// binary re-executed. The command wires in its registry.
+type Builtins interface {
+	// Launch returns the configuration that launches the built-in driver
+	// name (its Path and Env), opened with driverConfig.
+	Launch(name string, driverConfig map[string]string) (driverhost.Config, error)
+	// Scratch returns how the conformance suite makes the scratch instances
+	// of the built-in driver name that runs with configuration launch.
+	Scratch(name string, launch map[string]string) (conformance.Scratch, error)
 }
 
 // Gate certifies drivers and launches certified ones.
@@ -225,13 +239,16 @@ type resolved struct {
 func (g *Gate) resolve(src Source, launch map[string]string) (*resolved, error) {
 	r := &resolved{src: src, path: src.Path, config: src.ScratchConfig, env: slices.Clone(src.Env)}
 	if src.Builtin != "" {
-		cfg, err := driverhost.Builtin(src.Builtin, nil)
+		cfg, err := g.builtin(src.Builtin)
 		if err != nil {
 			return nil, err
 		}
 		r.path, r.env = cfg.Path, append(cfg.Env, r.env...)
 		if r.config == nil {
-			sc := conformance.BuiltinScratch(src.Builtin, launch)
+			sc, err := g.opts.Builtins.Scratch(src.Builtin, launch)
+			if err != nil {
+				return nil, err
+			}
 			r.config, r.clean = sc.Config, sc.Clean
 		}
 	}
@@ -257,6 +274,14 @@ func (g *Gate) resolve(src Source, launch map[string]string) (*resolved, error) 
 		r.key += "+" + src.Builtin
 	}
 	return r, nil
+}
+
+// builtin returns the launch configuration of the built-in driver name.
+func (g *Gate) builtin(name string) (driverhost.Config, error) {
+	if g.opts.Builtins == nil {
+		return driverhost.Config{}, fmt.Errorf("trust: no built-in store driver %q: the gate knows no built-in drivers (Options.Builtins)", name)
+	}
+	return g.opts.Builtins.Launch(name, nil)
 }
 
 func fileSum(path string) (string, error) {
@@ -450,7 +475,11 @@ func (g *Gate) Launch(ctx context.Context, src Source, cfg driverhost.Config) (*
 	cfg.Path, cfg.Checksum = cert.Binary, pin
 	cfg.Env = slices.Clone(src.Env)
 	if src.Builtin != "" {
-		cfg.Env = append([]string{driverhost.BuiltinEnv + "=" + src.Builtin}, cfg.Env...)
+		lc, err := g.builtin(src.Builtin)
+		if err != nil {
+			return nil, cert, err
+		}
+		cfg.Env = append(lc.Env, cfg.Env...)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = g.opts.Logger

@@ -17,6 +17,7 @@ import (
 	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
+	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/testbin"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
@@ -32,8 +33,8 @@ var bins = map[string]string{}
 var noBins string
 
 func TestMain(m *testing.M) {
-	if name := os.Getenv(driverhost.BuiltinEnv); name != "" {
-		if err := driverhost.ServeBuiltin(name); err != nil {
+	if served, err := builtins.ServeIfAsked(); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -110,6 +111,7 @@ func gate(t *testing.T, opts trust.Options) (*trust.Gate, *int) {
 	t.Helper()
 	runs := new(int)
 	opts.Logger = quiet
+	opts.Builtins = builtins.Registry{}
 	opts.Progress = func(r conformance.Result) {
 		if r.ID() == "handshake/info" {
 			*runs++
@@ -158,7 +160,7 @@ func TestBuiltin(t *testing.T) {
 		t.Fatalf("a certified driver ran the suite again (%d runs)", *runs)
 	}
 	// A new gate on the same data dir reads the certificate.
-	g2, err := trust.Open(filepath.Dir(g.Dir()), trust.Options{NoAutoCertify: true, Logger: quiet})
+	g2, err := trust.Open(filepath.Dir(g.Dir()), trust.Options{NoAutoCertify: true, Builtins: builtins.Registry{}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +175,14 @@ func TestBuiltin(t *testing.T) {
 	}
 	if _, _, err := g2.Launch(ctx, trust.Source{Builtin: "badgerstore"}, driverhost.Config{Logger: quiet}); !errors.Is(err, trust.ErrNotCertified) {
 		t.Fatalf("uncertified badgerstore without auto-certify: %v", err)
+	}
+	// A gate told of no built-in drivers knows none, certified or not.
+	g3, err := trust.Open(filepath.Dir(g.Dir()), trust.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g3.Lookup(src); err == nil || !strings.Contains(err.Error(), "no built-in store driver") {
+		t.Fatalf("a gate without built-ins looked memstore up: %v", err)
 	}
 	// Revoke: the next launch runs the suite again.
 	if gone, err := g.Revoke(cert.Key[:12]); err != nil || len(gone) != 1 {

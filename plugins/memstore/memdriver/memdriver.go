@@ -275,9 +275,18 @@ var ServeOptions = []storedriver.ServeOption{storedriver.WithMaxProcs(1)}
 
 // Factory opens a fresh in-memory driver; it is what the memstore plugin
 // serves. It takes no configuration.
-var Factory = storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+var Factory storedriver.Factory = factory{}
+
+type factory struct{}
+
+// Open implements storedriver.Factory.
+func (factory) Open(ctx context.Context, config map[string]string) (driver.Driver, error) {
 	for k := range config {
 		return nil, fmt.Errorf("%w: memstore config: unknown key %q (memstore takes no configuration)", driver.ErrInvalidArgument, k)
 	}
 	return New(), nil
-})
+}
+
+// ScratchConfig implements conformance.ScratchConfigurer: a scratch
+// instance takes no configuration either.
+func (factory) ScratchConfig(map[string]string, string) map[string]string { return nil }

@@ -197,8 +197,9 @@ const ScratchPrefix = "agenthost_scratch_"
 
 // ScratchConfig is the configuration of a scratch instance on dir of a
 // driver launched with config launch: the same server, database and pool
-// settings, in schema ScratchSchema(dir), never the user's tables.
-func ScratchConfig(launch map[string]string, dir string) map[string]string {
+// settings, in schema ScratchSchema(dir), never the user's tables. It
+// implements conformance.ScratchConfigurer.
+func (Factory) ScratchConfig(launch map[string]string, dir string) map[string]string {
 	out := map[string]string{}
 	for _, k := range []string{"url", "max_conns", "connect_timeout"} {
 		if v, ok := launch[k]; ok {
@@ -209,11 +210,16 @@ func ScratchConfig(launch map[string]string, dir string) map[string]string {
 	return out
 }
 
-// DropScratch drops the schema of the scratch instance on dir of a driver
-// launched with config launch, with everything in it. The instances on dir
-// must be closed.
-func DropScratch(ctx context.Context, launch map[string]string, dir string) error {
-	c, err := ParseConfig(ScratchConfig(launch, dir))
+// CleanScratch drops the schema of the scratch instance on dir of a driver
+// launched with config launch, with everything in it; without a url in
+// launch no instance could start, and there is nothing to drop. The
+// instances on dir must be closed. It implements
+// conformance.ScratchCleaner.
+func (f Factory) CleanScratch(ctx context.Context, launch map[string]string, dir string) error {
+	if launch["url"] == "" {
+		return nil
+	}
+	c, err := ParseConfig(f.ScratchConfig(launch, dir))
 	if err != nil {
 		return err
 	}
