@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
-	"github.com/agenthost/agenthost/sdk/jsonlite"
+	"github.com/agenthost/agenthost/internal/jsonlite"
 )
 
 // The SDK writes and reads the ABI's JSON with jsonlite rather than

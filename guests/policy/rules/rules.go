@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
-	"github.com/agenthost/agenthost/sdk/jsonlite"
+	"github.com/agenthost/agenthost/sdk/guest"
 )
 
 // PolicyConfig is the configuration blob of the standard inputPolicy guests,
@@ -20,18 +20,11 @@ type PolicyConfig struct {
 // ParsePolicyConfig parses a PolicyConfig, strictly.
 func ParsePolicyConfig(b []byte) (PolicyConfig, error) {
 	var c PolicyConfig
-	m, err := jsonlite.Object(b, "coalescePending")
+	m, err := guest.ParseConfig(b, "coalescePending")
 	if err == nil {
-		c.CoalescePending, err = jsonlite.Bool(m, "coalescePending")
+		c.CoalescePending, err = m.Bool("coalescePending")
 	}
-	return c, configErr(err)
-}
-
-func configErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return errors.New("config: " + err.Error())
+	return c, err
 }
 
 // Refine decides the refine policy's action from the submitter's hint and
@@ -201,15 +194,15 @@ const DefaultBudgetMessage = "The step budget is spent: do not call tools; give 
 // ParseStepBudgetConfig parses and checks a StepBudgetConfig.
 func ParseStepBudgetConfig(b []byte) (StepBudgetConfig, error) {
 	c := StepBudgetConfig{MaxSteps: 5}
-	m, err := jsonlite.Object(b, "maxSteps", "message")
+	m, err := guest.ParseConfig(b, "maxSteps", "message")
 	if err == nil {
-		c.MaxSteps, err = jsonlite.Int(m, "maxSteps", 5)
+		c.MaxSteps, err = m.Int("maxSteps", 5)
 	}
 	if err == nil {
-		c.Message, err = jsonlite.String(m, "message")
+		c.Message, err = m.String("message")
 	}
 	if err != nil {
-		return c, configErr(err)
+		return c, err
 	}
 	if c.MaxSteps < 1 {
 		return c, errors.New("config: maxSteps must be at least 1, got " + strconv.Itoa(c.MaxSteps))
@@ -243,12 +236,12 @@ type SystemInstructionConfig struct {
 // ParseSystemInstructionConfig parses and checks a SystemInstructionConfig.
 func ParseSystemInstructionConfig(b []byte) (SystemInstructionConfig, error) {
 	var c SystemInstructionConfig
-	m, err := jsonlite.Object(b, "instruction")
+	m, err := guest.ParseConfig(b, "instruction")
 	if err == nil {
-		c.Instruction, err = jsonlite.String(m, "instruction")
+		c.Instruction, err = m.String("instruction")
 	}
 	if err != nil {
-		return c, configErr(err)
+		return c, err
 	}
 	if strings.TrimSpace(c.Instruction) == "" {
 		return c, errors.New("config: instruction is required")
