@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +115,8 @@ func TestStandardPolicies(t *testing.T) {
 	}
 }
 
-// TestRefineRulesMatchTable keeps the native rules and the table in step.
+// TestRefineRulesMatchTable checks the native rules, which benchmarks run as
+// the guests' native twin, against the fixed table.
 func TestRefineRulesMatchTable(t *testing.T) {
 	for _, c := range decideCases {
 		if got := rules.Refine(c.hint, c.content); got != string(c.refine) {
@@ -205,21 +207,90 @@ func TestSystemInstruction(t *testing.T) {
 	}
 }
 
-// TestRefineGuestsAgreeWithRules compares both refine guests with the native
-// rules on generated texts.
-func TestRefineGuestsAgreeWithRules(t *testing.T) {
+// refineSpec is the refine policy written plainly from its documentation
+// (rules.Refine's comment), independently of the word-at-a-time scan the
+// guests are compiled from: generated texts are checked against it.
+func refineSpec(hint, content string) runstate.Action {
+	switch {
+	case strings.EqualFold(hint, "refine") && isASCII(hint):
+		return runstate.ActionInject
+	case strings.EqualFold(hint, "redirect") && isASCII(hint):
+		return runstate.ActionInterrupt
+	}
+	low := []byte(strings.TrimLeft(content, " \t\r\n"))
+	for i, c := range low {
+		if 'A' <= c && c <= 'Z' {
+			low[i] = c + 'a' - 'A'
+		}
+	}
+	t := string(low)
+	letter := func(c byte) bool { return 'a' <= c && c <= 'z' }
+	var words []string
+	for i := 0; i < len(t); {
+		if !letter(t[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(t) && letter(t[j]) {
+			j++
+		}
+		words = append(words, t[i:j])
+		i = j
+	}
+	if slices.Contains(words, "stop") || slices.Contains(words, "cancel") {
+		return runstate.ActionInterrupt
+	}
+	for _, p := range []string{"bullet point", "shorter", "more concise", "more detail"} {
+		if strings.Contains(t, p) {
+			return runstate.ActionInject
+		}
+	}
+	if len(words) > 0 && strings.HasPrefix(t, words[0]) && (words[0] == "actually" || words[0] == "also") {
+		return runstate.ActionInject
+	}
+	return runstate.ActionQueue
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRefineSpecMatchesTable keeps the plain reference and the fixed table
+// in step, so that both oracles say the same thing.
+func TestRefineSpecMatchesTable(t *testing.T) {
+	for _, c := range decideCases {
+		if got := refineSpec(c.hint, c.content); got != c.refine {
+			t.Errorf("refineSpec(%q, %q) = %s, want %s", c.hint, c.content, got, c.refine)
+		}
+	}
+}
+
+// TestRefineGuestsOnGeneratedTexts checks both refine guests, and the
+// native rules they share with benchmarks, against the plain reference on
+// generated texts.
+func TestRefineGuestsOnGeneratedTexts(t *testing.T) {
 	e := newEngine(t, EngineConfig{})
 	guests := []*Module{load(t, e, cGuest(), Options{}), load(t, e, goGuest(t, "refine"), Options{})}
 	frags := []string{"stop", "Stop", "cancel", "actually", "also", "bullet point", "shorter", "more concise",
-		"more detail", "x", " ", "ab", "s", "sto", "more", "bullet", ",", "\n", "é", "STOPPED", "m", "unstop"}
+		"more detail", "x", " ", "ab", "s", "sto", "more", "bullet", ",", "\n", "é", "STOPPED", "m", "unstop",
+		"Bullet Point", "MORE DETAIL", "\t", "cancelled", "Also", "ACTUALLY"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 300 {
 		var b strings.Builder
 		for range rng.IntN(8) {
 			b.WriteString(frags[rng.IntN(len(frags))])
 		}
-		hint := []string{"", "refine", "redirect", "other"}[rng.IntN(4)]
-		want := runstate.Action(rules.Refine(hint, b.String()))
+		hint := []string{"", "refine", "redirect", "other", "REFINE"}[rng.IntN(5)]
+		want := refineSpec(hint, b.String())
+		if got := runstate.Action(rules.Refine(hint, b.String())); got != want {
+			t.Errorf("case %d rules.Refine: hint %q content %q: got %v, want %s", i, hint, b.String(), got, want)
+		}
 		for _, m := range guests {
 			d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: b.String(), Hint: hint}})
 			if err != nil || d.Action != want {
