@@ -31,8 +31,10 @@ proto:
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative store.proto
 
-# Standard wasm guests, built into $(BIN)/guests/<name>.wasm. The C guest is
-# committed built (guests-c rebuilds it from source).
+# Standard wasm guests, built into $(BIN)/guests/<name>.wasm, and the example
+# guests in five languages (guests/examples), into
+# $(BIN)/guests/example-<language>.wasm. The C guest is committed built
+# (guests-c rebuilds it from source).
 GO_GUESTS ?= queue interrupt reject inject refine step-budget system-instruction
 
 guests:
@@ -43,6 +45,7 @@ guests:
 	    -o $(BIN)/guests/$$g.wasm ./guests/policy/$$g || exit 1; \
 	done
 	cp guests/policy/refine-c/refine.wasm $(BIN)/guests/refine-c.wasm
+	GO=$(GO) guests/examples/build.sh $(BIN)/guests
 
 # Rebuilds the committed C guest from its source (Debian packages clang, lld).
 guests-c:

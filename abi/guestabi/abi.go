@@ -151,3 +151,22 @@ type Manifest struct {
 	// constants); required, non-empty, with HookInputPolicy.
 	Actions []string `json:"actions,omitempty"`
 }
+
+// Limits the host states and enforces (SPEC §11).
+const (
+	// MaxModuleBytes bounds the size of a module file: a larger one is
+	// refused at load.
+	MaxModuleBytes = 32 << 20
+	// MaxRequestBytes bounds an inputPolicy or prepareStep request, and the
+	// configuration blob: a larger one fails the call (fallback) without
+	// calling the guest.
+	MaxRequestBytes = 16 << 20
+	// MaxManifestBytes bounds the manifest body; MaxManifestString a
+	// manifest's name and version.
+	MaxManifestBytes  = 64 << 10
+	MaxManifestString = 128
+	// MaxResultBytes bounds a prepareStep result body; an error message is
+	// cut to MaxErrorMessage bytes in the host's errors, logs and events.
+	MaxResultBytes  = 16 << 20
+	MaxErrorMessage = 1024
+)

@@ -67,10 +67,13 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 
 // Case is one decision case for RunCases. The file is a JSON array of them.
 type Case struct {
-	Name    string            `json:"name"`
-	Content string            `json:"content"`
-	Hint    string            `json:"hint,omitempty"`
-	Meta    map[string]string `json:"metadata,omitempty"`
+	Name    string `json:"name"`
+	Content string `json:"content"`
+	// Repeat, if above 1, repeats Content that many times (for large
+	// inputs).
+	Repeat int               `json:"repeat,omitempty"`
+	Hint   string            `json:"hint,omitempty"`
+	Meta   map[string]string `json:"metadata,omitempty"`
 	// Active describes the thread's active run; absent: none.
 	Active *CaseRun `json:"active,omitempty"`
 	// Queued are the thread's queued runs.
@@ -104,6 +107,9 @@ func ReadCases(path string) ([]Case, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	for i, c := range cs {
+		if c.Repeat < 0 || c.Repeat > 1<<24 || c.Repeat*len(c.Content) > guestabi.MaxRequestBytes {
+			return nil, fmt.Errorf("%s: case %d (%s): repeat %d is out of range", path, i+1, c.Name, c.Repeat)
+		}
 		if guestabi.ActionCode(c.Want) == 0 {
 			return nil, fmt.Errorf("%s: case %d (%s): want %q is not an action", path, i+1, c.Name, c.Want)
 		}
@@ -149,6 +155,9 @@ func RunCases(ctx context.Context, w io.Writer, path, casesPath string, opts Che
 		req := policy.Request{
 			ThreadID: "thread",
 			Input:    policy.Input{Content: c.Content, Hint: c.Hint, Metadata: c.Meta},
+		}
+		if c.Repeat > 1 {
+			req.Input.Content = strings.Repeat(c.Content, c.Repeat)
 		}
 		if c.Active != nil {
 			req.Active = &policy.RunInfo{RunID: "active", Seq: 1, Steps: c.Active.Steps, Inputs: c.Active.Inputs}

@@ -1,0 +1,33 @@
+// Command go is the example inputPolicy guest (guests/examples/README.md) in
+// Go, on sdk/guest. Build:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o example-go.wasm .
+package main
+
+import "github.com/agenthost/agenthost/sdk/guest"
+
+func init() {
+	guest.Register(guest.Guest{
+		Name:    "example-go",
+		Version: "1.0.0",
+		Actions: []string{guest.Queue, guest.Inject, guest.Interrupt, guest.Reject},
+		InputPolicy: func(r *guest.Request) (guest.Decision, error) {
+			return Decide(r), nil
+		},
+	})
+}
+
+// Decide is the example policy.
+func Decide(r *guest.Request) guest.Decision {
+	switch {
+	case r.Hint == "stop":
+		return guest.Decision{Action: guest.Interrupt}
+	case r.Active && r.Hint == "refine":
+		return guest.Decision{Action: guest.Inject}
+	case r.Content == "":
+		return guest.Decision{Action: guest.Reject}
+	}
+	return guest.Decision{Action: guest.Queue, CoalescePending: r.Queued > 0}
+}
+
+func main() {}
