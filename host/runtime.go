@@ -420,11 +420,19 @@ func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Dec
 	}
 	m := rt.cfg.Policy.Manifest()
 	d, err := rt.cfg.Policy.Decide(ctx, req)
+	var fb *policy.FallbackError
+	if errors.As(err, &fb) {
+		// The policy reported and logged its failure and chose its fallback.
+		rt.stats.policyFallbacks.Add(1)
+		d, err = fb.Decision, nil
+	}
 	if err == nil {
 		err = policy.Check(m, d)
 	}
 	if err != nil {
-		rt.stats.policyFallbacks.Add(1)
+		if fb == nil {
+			rt.stats.policyFallbacks.Add(1)
+		}
 		rt.log.Warn("input policy failed; queueing the input", "policy", m.Name, "thread", v.Thread.ID, "err", err)
 		return runstate.Decision{Action: runstate.ActionQueue}, nil
 	}
@@ -639,8 +647,12 @@ type Stats struct {
 	PolicyFallbacks  int64
 	Recovered        int64
 	InjectBoundaries int64
-	CommitErrors     int64
-	CommitLatency    Histogram
+	// InjectHook reports whether the injection hook is installed: only when
+	// the policy's manifest declares inject (otherwise step boundaries do no
+	// work and InjectBoundaries stays 0).
+	InjectHook    bool
+	CommitErrors  int64
+	CommitLatency Histogram
 	// With a shared store (several hosts): lease renewals, leases lost,
 	// notices sent to other hosts and received from them.
 	LeaseRenewals   int64
@@ -659,6 +671,7 @@ func (rt *Runtime) Stats() Stats {
 		PolicyFallbacks:  rt.stats.policyFallbacks.Load(),
 		Recovered:        rt.stats.recovered.Load(),
 		InjectBoundaries: rt.stats.injectBoundaries.Load(),
+		InjectHook:       rt.reg != nil,
 		CommitErrors:     rt.stats.commitErrors.Load(),
 		CommitLatency:    rt.stats.commitLatency.snapshot(),
 		LeaseRenewals:    rt.stats.leaseRenewals.Load(),

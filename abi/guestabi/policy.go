@@ -264,7 +264,8 @@ func AppendError(dst []byte, msg string) []byte {
 	return append(dst, msg...)
 }
 
-// GuestError is an error a guest reported with StatusError.
+// GuestError is an error a guest reported with StatusError. Message is the
+// guest's text made safe by SafeText, at most MaxErrorMessage bytes of it.
 type GuestError struct{ Message string }
 
 func (e *GuestError) Error() string { return "guest error: " + e.Message }
@@ -279,7 +280,7 @@ func DecodeResult(b []byte) ([]byte, error) {
 	case StatusOK:
 		return b[1:], nil
 	case StatusError:
-		return nil, &GuestError{Message: string(b[1:])}
+		return nil, &GuestError{Message: SafeText(b[1:], MaxErrorMessage)}
 	}
 	return nil, errors.New("guestabi: unknown result status")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -46,6 +47,22 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// httpget PATH writes the body of the server's answer to stdout.
+			"httpget": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: httpget PATH")
+				}
+				resp, err := http.Get(ts.Getenv("AGENTHOST_SERVER") + args[0])
+				if err != nil {
+					ts.Fatalf("GET %s: %v", args[0], err)
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					ts.Fatalf("GET %s: %s %v", args[0], resp.Status, err)
+				}
+				ts.Stdout().Write(b)
+			},
 			// waitserver waits until the server answers /healthz.
 			"waitserver": func(ts *testscript.TestScript, neg bool, args []string) {
 				url := ts.Getenv("AGENTHOST_SERVER") + "/healthz"

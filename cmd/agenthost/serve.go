@@ -122,12 +122,14 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 		return err
 	}
 	var hooks []model.PrepareStep
+	var hookMods []*wasm.Module
 	for _, p := range cfg.PrepareStep {
 		m, err := eng.LoadFile(ctx, p, wasm.Options{Logger: log})
 		if err != nil {
 			return fmt.Errorf("prepare-step %s: %w", p, err)
 		}
 		hooks = append(hooks, host.StepHook(m))
+		hookMods = append(hookMods, m)
 	}
 	mdl, tools, err := newModel(cfg)
 	if err != nil {
@@ -151,7 +153,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
 	}
 	srv := &http.Server{
-		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts}),
+		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods)}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)

@@ -37,6 +37,9 @@ type Options struct {
 	// DriverRestarts, when set, reports how often the store driver was
 	// restarted (for /metrics).
 	DriverRestarts func() int64
+	// Metrics, when set, writes further metrics (Prometheus text format) at
+	// the end of /metrics: the wasm guests' counters, for one.
+	Metrics func(io.Writer)
 }
 
 // Handler serves one runtime.

@@ -19,6 +19,12 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	counter(w, "agenthost_absorptions_total", "Queued runs absorbed by a completing run.", st.Absorptions)
 	counter(w, "agenthost_absorb_entries_dropped_total", "Absorb entries dropped at commit because they no longer held.", st.DroppedAbsorbs)
 	counter(w, "agenthost_policy_fallbacks_total", "Input policy calls that failed and fell back to queue.", st.PolicyFallbacks)
+	counter(w, "agenthost_inject_boundaries_total", "Step boundaries at which the injection hook looked for offered inputs.", st.InjectBoundaries)
+	hook := int64(0)
+	if st.InjectHook {
+		hook = 1
+	}
+	fmt.Fprintf(w, "# HELP agenthost_inject_hook_installed 1 if the injection hook is installed (the policy's manifest declares inject), else 0.\n# TYPE agenthost_inject_hook_installed gauge\nagenthost_inject_hook_installed %d\n", hook)
 	counter(w, "agenthost_runs_recovered_total", "Active runs of a gone owner queued again (at start-up, or from a dead lease).", st.Recovered)
 	counter(w, "agenthost_lease_renewals_total", "Renewals of this host's lease (several hosts on one store).", st.LeaseRenewals)
 	counter(w, "agenthost_leases_lost_total", "Leases this host lost (it paused or could not renew in time) and replaced.", st.LeasesLost)
@@ -36,6 +42,9 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "agenthost_store_commit_seconds_bucket{le=\"+Inf\"} %d\n", st.CommitLatency.Count)
 	fmt.Fprintf(w, "agenthost_store_commit_seconds_sum %g\nagenthost_store_commit_seconds_count %d\n", st.CommitLatency.Sum.Seconds(), st.CommitLatency.Count)
+	if h.opt.Metrics != nil {
+		h.opt.Metrics(w)
+	}
 }
 
 func counter(w io.Writer, name, help string, v int64) {

@@ -86,3 +86,19 @@ func Check(m Manifest, d runstate.Decision) error {
 	}
 	return nil
 }
+
+// FallbackError is returned by a Policy whose call failed and which answers
+// with a fallback decision of its own (a wasm guest's configured fallback):
+// Decide returns the fallback both as its decision and in the error. The
+// runtime counts the failure and admits the input with Decision, which must
+// be in the manifest like any other.
+type FallbackError struct {
+	Decision runstate.Decision
+	Err      error
+}
+
+func (e *FallbackError) Error() string {
+	return fmt.Sprintf("input policy failed (fallback %s): %v", e.Decision.Action, e.Err)
+}
+
+func (e *FallbackError) Unwrap() error { return e.Err }

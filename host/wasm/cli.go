@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
 	"github.com/agenthost/agenthost/host/policy"
@@ -21,6 +23,11 @@ type CheckOptions struct {
 	Config []byte
 	// CacheDir, if set, is the compilation cache to use (EngineConfig).
 	CacheDir string
+	// CallTimeout bounds each call as Options.CallTimeout does. Zero: for
+	// RunCases, DefaultCallTimeout (the host's default); for Check, which
+	// checks answers rather than speed, CheckCallTimeout (it reports a call
+	// slower than the host's default).
+	CallTimeout time.Duration
 }
 
 // Check loads the module at path the way the host would and prints its
@@ -38,7 +45,12 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 	if err != nil {
 		return err
 	}
-	m, err := e.Load(ctx, b, Options{Config: config, MaxInstances: 1})
+	var failure error
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = CheckCallTimeout
+	}
+	m, err := e.Load(ctx, b, Options{Config: config, MaxInstances: 1, CallTimeout: opts.CallTimeout, Logger: slog.New(slog.DiscardHandler),
+		OnFailure: func(f Failure) { failure = f.Err }})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -62,7 +74,95 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 		imports = []string{"(none)"}
 	}
 	fmt.Fprintf(tw, "imports:\t%s\n", strings.Join(imports, ", "))
-	return tw.Flush()
+	if !m.HasHook(guestabi.HookInputPolicy) {
+		return tw.Flush()
+	}
+	// Decide a built-in set of valid requests: every one must succeed with a
+	// declared action.
+	seen := map[string]int{}
+	var errs []error
+	var slowest time.Duration
+	var slowName string
+	for _, c := range checkRequests() {
+		failure = nil
+		start := time.Now()
+		d, _ := m.Decide(ctx, c.req)
+		if took := time.Since(start); took > slowest {
+			slowest, slowName = took, c.name
+		}
+		if failure != nil {
+			errs = append(errs, fmt.Errorf("request %q: %w", c.name, failure))
+			continue
+		}
+		seen[string(d.Action)]++
+	}
+	var got []string
+	for _, a := range gm.Actions {
+		if seen[a] > 0 {
+			got = append(got, fmt.Sprintf("%s ×%d", a, seen[a]))
+		}
+	}
+	if len(got) == 0 {
+		got = []string{"nothing"}
+	}
+	fmt.Fprintf(tw, "decide:\t%d requests, %d failed; returned %s\n", len(checkRequests()), len(errs), strings.Join(got, ", "))
+	fmt.Fprintf(tw, "slowest:\t%s (%s)\n", slowest.Round(time.Microsecond), slowName)
+	if slowest > DefaultCallTimeout {
+		fmt.Fprintf(tw, "warning:\tslower than the host's default call deadline (%s): the host would fall back on such requests\n", DefaultCallTimeout)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s: %w: %w", path, ErrCheckFailed, errors.Join(errs...))
+	}
+	return nil
+}
+
+// CheckCallTimeout is Check's default call deadline.
+const CheckCallTimeout = 5 * time.Second
+
+// ErrCheckFailed is returned by Check when the guest loads but fails to
+// decide one of the built-in requests, or returns an action its manifest
+// does not declare.
+var ErrCheckFailed = errors.New("the guest failed on valid requests")
+
+type checkRequest struct {
+	name string
+	req  policy.Request
+}
+
+// checkRequests are the valid requests Check decides: a thread with only
+// queued runs and a busy one, hints, metadata, many queued runs, large
+// inputs (the HTTP API's default body limit is 1 MiB).
+func checkRequests() []checkRequest {
+	active := func(steps int, inputs ...string) *policy.RunInfo {
+		return &policy.RunInfo{RunID: "run-active", Seq: 7, Steps: steps, Inputs: inputs}
+	}
+	queued := func(n int, input string) []policy.RunInfo {
+		rs := make([]policy.RunInfo, n)
+		for i := range rs {
+			rs[i] = policy.RunInfo{RunID: fmt.Sprintf("run-q%d", i), Seq: int64(8 + i), Inputs: []string{input}}
+		}
+		return rs
+	}
+	in := func(content, hint string) policy.Input { return policy.Input{Content: content, Hint: hint} }
+	big := strings.Repeat("lorem ipsum dolor sit amet ", 1<<20/27+1)
+	return []checkRequest{
+		{"no active run, one queued", policy.Request{ThreadID: "t", Input: in("hello", ""), Queued: queued(1, "first")}},
+		{"busy thread", policy.Request{ThreadID: "t", Input: in("and then?", ""), Active: active(3, "summarise this thread")}},
+		{"busy thread, step 0", policy.Request{ThreadID: "t", Input: in("x", ""), Active: active(0, "a")}},
+		{"empty content", policy.Request{ThreadID: "t", Input: in("", ""), Active: active(1, "a")}},
+		{"hint refine", policy.Request{ThreadID: "t", Input: in("in bullet points", "refine"), Active: active(2, "a")}},
+		{"hint redirect", policy.Request{ThreadID: "t", Input: in("something else", "redirect"), Active: active(2, "a")}},
+		{"unknown hint", policy.Request{ThreadID: "t", Input: in("x", "some-hint"), Active: active(2, "a")}},
+		{"metadata", policy.Request{ThreadID: "t", Input: policy.Input{Content: "x", Metadata: map[string]string{"lang": "en", "user": "u-1", "z": ""}}, Active: active(1, "a")}},
+		{"non-ASCII content", policy.Request{ThreadID: "t-é", Input: in("résumé, s'il vous plaît — 要約", ""), Active: active(1, "ü")}},
+		{"queued runs", policy.Request{ThreadID: "t", Input: in("more", ""), Active: active(4, "a", "b"), Queued: queued(3, "waiting")}},
+		{"100 queued runs", policy.Request{ThreadID: "t", Input: in("more", ""), Active: active(4, "a"), Queued: queued(100, "waiting input")}},
+		{"large input (1 MiB)", policy.Request{ThreadID: "t", Input: in(big, ""), Active: active(9, big[:64<<10]), Queued: queued(2, big[:64<<10])}},
+		{"large input, hint refine", policy.Request{ThreadID: "t", Input: in(big, "refine"), Active: active(1, "a")}},
+	}
 }
 
 // Case is one decision case for RunCases. The file is a JSON array of them.
@@ -138,6 +238,7 @@ func RunCases(ctx context.Context, w io.Writer, path, casesPath string, opts Che
 	m, err := e.LoadFile(ctx, path, Options{
 		Config:       config,
 		MaxInstances: 1,
+		CallTimeout:  opts.CallTimeout,
 		OnFailure:    func(f Failure) { failure = f.Err },
 	})
 	if err != nil {

@@ -108,11 +108,14 @@ func hostLog(ctx context.Context, m api.Module, stack []uint64) {
 	default:
 		lv = slog.LevelError
 	}
-	l.Log(ctx, lv, string(b))
+	l.Log(ctx, lv, guestabi.SafeText(b, guestabi.MaxLogMessage))
 }
 
 // LoadFile loads the module at path.
 func (e *Engine) LoadFile(ctx context.Context, path string, opts Options) (*Module, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() > guestabi.MaxModuleBytes {
+		return nil, fmt.Errorf("%s: %w", path, invalid("module of %d bytes exceeds the limit of %d bytes", fi.Size(), guestabi.MaxModuleBytes))
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("wasm: %w", err)

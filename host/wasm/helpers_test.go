@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/host/policy"
+	"github.com/agenthost/agenthost/host/runstate"
 )
 
 // Test guests built with the Go toolchain (GOOS=wasip1) are built on demand
@@ -141,4 +145,11 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// isFallback reports whether Decide's error reports a failed call answered
+// with the fallback d.
+func isFallback(err error, d runstate.Decision) bool {
+	var fb *policy.FallbackError
+	return errors.As(err, &fb) && fb.Decision == d
 }

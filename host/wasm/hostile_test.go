@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -108,7 +109,7 @@ func TestHostileCalls(t *testing.T) {
 			}
 			for i := range 2 {
 				d, err := m.Decide(context.Background(), request(decideCases[0]))
-				if err != nil || d != fallback {
+				if !isFallback(err, d) || d != fallback {
 					t.Fatalf("call %d: got %+v, %v; want the fallback %+v", i, d, err, fallback)
 				}
 				// The host keeps deciding with a good guest in between.
@@ -148,7 +149,7 @@ func TestTrappedInstanceReplaced(t *testing.T) {
 	m := load(t, e, hostile("sometimes"), Options{MaxInstances: 1, OnFailure: func(Failure) { failures++ }})
 	for i, content := range []string{"x", "", "y", "", "z"} {
 		d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: content}})
-		if err != nil || d.Action != runstate.ActionQueue {
+		if (err != nil) != (content == "") || err != nil && !isFallback(err, d) || d.Action != runstate.ActionQueue {
 			t.Fatalf("call %d: %+v %v", i, d, err)
 		}
 	}
@@ -166,7 +167,7 @@ func TestCallerContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
 	d, err := m.Decide(ctx, policy.Request{})
-	if err != nil || d.Action != runstate.ActionQueue {
+	if !isFallback(err, d) || d.Action != runstate.ActionQueue {
 		t.Fatalf("%+v %v", d, err)
 	}
 	if st := m.Stats(); st.Failures != 1 || st.Discarded != 1 {
@@ -217,7 +218,7 @@ func TestGoGuestMisbehaving(t *testing.T) {
 		failures = nil
 		before := m.Stats()
 		d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: c.content}})
-		if err != nil || d.Action != runstate.ActionReject {
+		if !isFallback(err, d) || d.Action != runstate.ActionReject {
 			t.Errorf("%s: got %+v %v, want the fallback", c.content, d, err)
 		}
 		if len(failures) != 1 || !containsAll(failures[0].Err.Error(), c.want...) {
@@ -235,6 +236,77 @@ func TestGoGuestMisbehaving(t *testing.T) {
 	}
 	if !containsAll(logs.String(), "hello from Go", "guest=unruly") {
 		t.Errorf("log: %q", logs.String())
+	}
+
+	// A 3 MiB error (10 MiB: abi/guestabi's TestGuestErrorIsCut) is cut and made safe everywhere it goes: the failure,
+	// the decision's error, the log.
+	logs.Reset()
+	failures = nil
+	d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: "bigerror"}})
+	if !isFallback(err, d) || len(err.Error()) > 2*guestabi.MaxErrorMessage || strings.Contains(err.Error(), "\n") {
+		t.Errorf("bigerror: %d bytes of error: %.200q", len(err.Error()), err)
+	}
+	if len(failures) != 1 || !strings.Contains(failures[0].Err.Error(), "… (") {
+		t.Errorf("bigerror: failures %v", failures)
+	}
+	if logs.Len() > 4*guestabi.MaxErrorMessage || strings.Count(logs.String(), "\n") != 1 || strings.Contains(logs.String(), "\nlevel=ERROR") {
+		t.Errorf("bigerror: %d bytes of log: %.300q", logs.Len(), logs.String())
+	}
+	logs.Reset()
+	if _, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: "badlog"}}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(logs.String(), "\n") != 1 || !strings.Contains(logs.String(), `line one\\x0alevel=ERROR`) || strings.Contains(logs.String(), "\x1b") {
+		t.Errorf("badlog: %q", logs.String())
+	}
+}
+
+// TestLimits: the module, request and configuration size limits are
+// enforced with clear errors.
+func TestLimits(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	huge := make([]byte, guestabi.MaxModuleBytes+1)
+	copy(huge, "\x00asm\x01\x00\x00\x00")
+	if _, err := e.Load(context.Background(), huge, Options{}); !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Errorf("huge module: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "huge.wasm")
+	if err := os.WriteFile(path, huge, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.LoadFile(context.Background(), path, Options{}); !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Errorf("huge module file: %v", err)
+	}
+	if _, err := e.Load(context.Background(), mustRead(t, cGuest()), Options{Config: make([]byte, guestabi.MaxRequestBytes+1)}); !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "configuration of") {
+		t.Errorf("huge config: %v", err)
+	}
+	// The C example reads the request in place, whatever its size.
+	m := load(t, e, filepath.Join(root, "guests", "examples", "c", "policy.wasm"), Options{})
+	d, err := m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: strings.Repeat("x", guestabi.MaxRequestBytes)}})
+	if !isFallback(err, d) || !strings.Contains(err.Error(), "exceeds the limit of 16777216 bytes; the guest was not called") {
+		t.Errorf("huge request: %v", err)
+	}
+	// Just under the limit is decided.
+	d, err = m.Decide(context.Background(), policy.Request{Input: policy.Input{Content: strings.Repeat("x", guestabi.MaxRequestBytes-64)}})
+	if err != nil || d.Action != runstate.ActionQueue {
+		t.Errorf("request under the limit: %+v %v", d, err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestValidName(t *testing.T) {
+	for n, want := range map[string]bool{"refine": true, "refine-c": true, "a.b_c-1": true, "0x": true,
+		"": false, "-x": false, "a b": false, "a\nb": false, "é": false, strings.Repeat("a", 129): false, strings.Repeat("a", 128): true} {
+		if validName(n) != want {
+			t.Errorf("validName(%q) = %v", n, !want)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/tetratelabs/wazero"
@@ -86,6 +87,9 @@ func (inst *instance) manifest(ctx context.Context) (guestabi.Manifest, error) {
 		return gm, invalid("%s: %v%s", guestabi.ExportManifest, err, inst.output.suffix())
 	}
 	out, err := inst.result(stack[0])
+	if err == nil && len(out) > guestabi.MaxManifestBytes {
+		err = fmt.Errorf("manifest of %d bytes exceeds the limit of %d bytes", len(out), guestabi.MaxManifestBytes)
+	}
 	if err == nil {
 		var p []byte
 		p, err = guestabi.DecodeResult(out)
@@ -103,6 +107,9 @@ func (inst *instance) manifest(ctx context.Context) (guestabi.Manifest, error) {
 // the result body in guest memory, valid until the next call.
 func (inst *instance) call(ctx context.Context, fn api.Function, in []byte) ([]byte, error) {
 	stack := inst.stack[:]
+	if len(in) > guestabi.MaxRequestBytes {
+		return nil, fmt.Errorf("request of %d bytes exceeds the limit of %d bytes; the guest was not called", len(in), guestabi.MaxRequestBytes)
+	}
 	n := uint32(len(in))
 	if n > inst.regionCap {
 		stack[0] = uint64(max(n, 4096))
@@ -148,8 +155,24 @@ func (inst *instance) callErr(name string, err error) error {
 		}
 		return fmt.Errorf("%s: guest exited with code %d%s", name, exit.ExitCode(), inst.output.suffix())
 	}
-	return fmt.Errorf("%s: %w%s", name, err, inst.output.suffix())
+	return fmt.Errorf("%s: %w%s", name, guestErr{err}, inst.output.suffix())
 }
+
+// guestErr is an error of a guest call with wazero's wasm stack trace left
+// out of its text: the frames are named by the guest's name section, which
+// is the guest's to write, and make a multi-line log entry. The text is cut
+// to guestabi.MaxErrorMessage and made safe.
+type guestErr struct{ err error }
+
+func (e guestErr) Error() string {
+	msg := e.err.Error()
+	if i := strings.Index(msg, "\nwasm stack trace:"); i >= 0 {
+		msg = msg[:i]
+	}
+	return guestabi.SafeText([]byte(msg), guestabi.MaxErrorMessage)
+}
+
+func (e guestErr) Unwrap() error { return e.err }
 
 func (inst *instance) close() { inst.mod.Close(context.Background()) }
 

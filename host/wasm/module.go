@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +66,8 @@ type Failure struct {
 // Stats are a module's counters.
 type Stats struct {
 	Calls     uint64 // hook calls
-	Failures  uint64 // calls answered with the fallback
+	Failures  uint64 // failed calls (both hooks)
+	Fallbacks uint64 // failed inputPolicy calls, answered with the fallback
 	Instances uint64 // instances started, including replacements
 	Discarded uint64 // instances thrown away after a failure
 }
@@ -87,7 +89,7 @@ type Module struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 
-	calls, failures, instances, discarded atomic.Uint64
+	calls, failures, fallbacks, instances, discarded atomic.Uint64
 }
 
 var (
@@ -100,6 +102,12 @@ var (
 func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, error) {
 	if len(wasm) < 8 || !bytes.Equal(wasm[:4], wasmMagic) {
 		return nil, invalid("not a WebAssembly module (bad magic number)")
+	}
+	if len(wasm) > guestabi.MaxModuleBytes {
+		return nil, invalid("module of %d bytes exceeds the limit of %d bytes", len(wasm), guestabi.MaxModuleBytes)
+	}
+	if len(opts.Config) > guestabi.MaxRequestBytes {
+		return nil, invalid("configuration of %d bytes exceeds the limit of %d bytes", len(opts.Config), guestabi.MaxRequestBytes)
 	}
 	if opts.Fallback.Action == "" {
 		opts.Fallback.Action = runstate.ActionQueue
@@ -156,6 +164,8 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 		compiled.Close(ctx)
 		return nil, err
 	}
+	// The version is free form: keep it printable wherever it is shown.
+	gm.Version = guestabi.SafeText([]byte(gm.Version), guestabi.MaxManifestString)
 	m.gm = gm
 	m.log = opts.Logger.With("guest", gm.Name)
 	m.pm = policy.Manifest{Name: gm.Name, Version: gm.Version}
@@ -176,6 +186,13 @@ func checkManifest(gm guestabi.Manifest, exports map[string]api.FunctionDefiniti
 	}
 	if gm.Name == "" {
 		return invalid("manifest has no name")
+	}
+	if !validName(gm.Name) {
+		return invalid("manifest name %q: want at most %d letters, digits, '.', '_' or '-', starting with a letter or digit",
+			guestabi.SafeText([]byte(gm.Name), guestabi.MaxManifestString), guestabi.MaxManifestString)
+	}
+	if len(gm.Version) > guestabi.MaxManifestString {
+		return invalid("manifest version is %d bytes, more than %d", len(gm.Version), guestabi.MaxManifestString)
 	}
 	if len(gm.Hooks) == 0 {
 		return invalid("manifest declares no hooks")
@@ -217,6 +234,23 @@ func checkManifest(gm guestabi.Manifest, exports map[string]api.FunctionDefiniti
 	return nil
 }
 
+// validName reports whether a manifest name is fit for logs and metric
+// labels: 1 to MaxManifestString of [A-Za-z0-9._-], starting with a letter or
+// digit.
+func validName(n string) bool {
+	if n == "" || len(n) > guestabi.MaxManifestString {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // loadCtx is the context instances start under: the caller's values, but its
 // own deadline, so that a short call deadline does not kill a slow start.
 func (m *Module) loadCtx(ctx context.Context) context.Context {
@@ -239,7 +273,7 @@ func (m *Module) HasHook(hook string) bool { return slices.Contains(m.gm.Hooks, 
 
 // Stats returns the module's counters.
 func (m *Module) Stats() Stats {
-	return Stats{Calls: m.calls.Load(), Failures: m.failures.Load(),
+	return Stats{Calls: m.calls.Load(), Failures: m.failures.Load(), Fallbacks: m.fallbacks.Load(),
 		Instances: m.instances.Load(), Discarded: m.discarded.Load()}
 }
 
@@ -318,8 +352,9 @@ func (m *Module) callCtx(ctx context.Context) (context.Context, context.CancelFu
 // not implement.
 var ErrNoHook = errors.New("wasm: guest does not implement this hook")
 
-// Decide implements policy.Policy. A failed call returns Options.Fallback and
-// a nil error, after reporting the failure.
+// Decide implements policy.Policy. A failed call is reported (log, OnFailure,
+// Stats) and returns Options.Fallback, both as the decision and in a
+// *policy.FallbackError, so the caller counts it and may use the decision.
 func (m *Module) Decide(ctx context.Context, req policy.Request) (runstate.Decision, error) {
 	if !m.HasHook(guestabi.HookInputPolicy) {
 		return runstate.Decision{}, ErrNoHook
@@ -328,8 +363,9 @@ func (m *Module) Decide(ctx context.Context, req policy.Request) (runstate.Decis
 	d, err := m.decide(ctx, &req)
 	if err != nil {
 		fb := m.opts.Fallback
+		m.fallbacks.Add(1)
 		m.fail(guestabi.HookInputPolicy, err, fb)
-		return fb, nil
+		return fb, &policy.FallbackError{Decision: fb, Err: err}
 	}
 	return d, nil
 }
@@ -354,7 +390,7 @@ func (m *Module) decide(ctx context.Context, req *policy.Request) (runstate.Deci
 	}
 	d := runstate.Decision{Action: runstate.Action(gd.Action), CoalescePending: gd.CoalescePending}
 	if !slices.Contains(m.gm.Actions, gd.Action) {
-		return runstate.Decision{}, fmt.Errorf("guest %s returned %q, which its manifest does not declare", m.gm.Name, gd.Action)
+		return runstate.Decision{}, fmt.Errorf("guest %s returned %q, which its manifest does not declare (%s)", m.gm.Name, gd.Action, strings.Join(m.gm.Actions, ", "))
 	}
 	return d, nil
 }
@@ -416,6 +452,9 @@ func (m *Module) prepareStep(ctx context.Context, req *step.Request) (step.Resul
 	}
 	p, err := guestabi.DecodeResult(out)
 	res := step.Result{StepSettings: req.StepSettings}
+	if err == nil && len(p) > guestabi.MaxResultBytes {
+		err = fmt.Errorf("result of %d bytes exceeds the limit of %d bytes", len(p), guestabi.MaxResultBytes)
+	}
 	if err == nil {
 		err = json.Unmarshal(p, &res)
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/agenthost/agenthost/sdk/guest"
 )
@@ -30,6 +31,11 @@ func init() {
 				}
 			case "log":
 				guest.Log(guest.LevelInfo, "hello from Go")
+			case "bigerror":
+				// 3 MiB over many lines, with an attempt at a forged log line.
+				return guest.Decision{}, errors.New(strings.Repeat("x\nlevel=ERROR msg=forged ", 3<<20/24))
+			case "badlog":
+				guest.Log(guest.LevelWarn, "line one\nlevel=ERROR msg=forged \x1b[31m")
 			}
 			return guest.Decision{Action: guest.Queue}, nil
 		},
