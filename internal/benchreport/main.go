@@ -103,6 +103,7 @@ func run(out, scale string) error {
 		{pkg: "./host", bench: "Recovery", benchtime: "1x"},
 		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: scale, pg: true},
 		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},
+		{pkg: "./guests/examples", bench: "ExampleDecide", benchtime: "100000x"},
 	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.

@@ -94,9 +94,18 @@ func sections() []section {
 			peerLabel: "1 host", peerKey: host + " BenchmarkPgRunsEndToEnd/hosts=1/clients=64", peerUnit: "runs/s"},
 		{label: "DBOS Transact, one-step workflow, 1 client (runs/s)", key: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=1", unit: "runs/s"},
 	}
+	const ex = "./guests/examples"
+	examples := []row{}
+	for _, l := range []struct{ key, label string }{{"c", "C"}, {"rust", "Rust"}, {"assemblyscript", "AssemblyScript"}, {"wat", "WAT"}} {
+		examples = append(examples, row{label: l.label + " example decision p50", key: ex + " BenchmarkExampleDecide/lang=" + l.key, unit: "p50-ns",
+			peerLabel: "native Go, the same policy", peerKey: ex + " BenchmarkExampleDecide/lang=native", peerUnit: "p50-ns", target: "≤ 2,000 ns", met: atMost(2000)})
+	}
+	examples = append(examples, row{label: "Go example decision p50", key: ex + " BenchmarkExampleDecide/lang=go", unit: "p50-ns",
+		peerLabel: "native Go, the same policy", peerKey: ex + " BenchmarkExampleDecide/lang=native", peerUnit: "p50-ns", target: "≤ 5,000 ns", met: atMost(5000)})
 	return []section{
 		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
+		{title: "Example policies in five languages", about: "The example policy of guests/examples, one decision through the wazero host (as above) for each language's committed module (Go: built for the run), beside the same policy as native Go, on one request (busy thread, one queued run, refine hint).", jobs: []int{8}, rows: examples},
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
 		{title: "Several hosts on PostgreSQL, and a peer", about: "agenthost over pgstore (each host a runtime with its own driver subprocess, one database) against DBOS Transact for Go running a durable workflow with one step (bench/dbospeer, a module of its own), on the same PostgreSQL server (fsync on) in the same run. Each client submits with an idempotency key (DBOS: the workflow id) and waits for the answer before the next.", jobs: []int{6, 7}, rows: pg},
 	}

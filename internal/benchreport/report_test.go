@@ -26,7 +26,10 @@ BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	  
 `), "./host", res, io.Discard)
 	parse(strings.NewReader(`BenchmarkDBOSOneStepWorkflow/concurrency=64-2   	    9000	    300000 ns/op	      600 runs/s
 `), "./bench/dbospeer", res, io.Discard)
-	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}}
+	parse(strings.NewReader(`BenchmarkExampleDecide/lang=rust-2   	  100000	      1500 ns/op	      1100 p50-ns	      3000 p99-ns
+BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50-ns	        50 p99-ns
+`), "./guests/examples", res, io.Discard)
+	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}}
 	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
 	out := b.String()
 	for _, want := range []string{
@@ -36,6 +39,7 @@ BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	  
 		"| recovery of 100,000 runs over badgerstore through the plugin (s) | – |",
 		"not measured",
 		"Machine: test machine",
+		"| Rust example decision p50 | 1,100 | native Go, the same policy | 20.0 | 55× | ≤ 2,000 ns | met |",
 		"| runs/s over pgstore, 1 host, 64 clients | 900 | DBOS Transact, one-step workflow, 64 clients | 600 | 1.5× | ahead of the peer (ratio > 1) | met |",
 		"AGENTHOST_PG_URL=... (cd bench/dbospeer && go test -run '^$' -bench 'D' -benchtime 3s .)",
 	} {
