@@ -18,6 +18,13 @@ func TestCGuestMatchesSource(t *testing.T) {
 	requireTool(t, "wasm-ld", "lld")
 	out := filepath.Join(t.TempDir(), "refine.wasm")
 	cmd := exec.Command("sh", filepath.Join(root, "guests", "policy", "refine-c", "build.sh"), out)
+	// A wasm-opt on PATH must not take part in the build (clang -O2 runs
+	// one when it links): put one that fails first.
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "wasm-opt"), []byte("#!/bin/sh\necho wasm-opt must not run >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, b)
 	}
