@@ -200,9 +200,12 @@ func TestGoGuestMisbehaving(t *testing.T) {
 	)
 	m := load(t, e, path, Options{
 		MaxInstances: 1,
-		Fallback:     runstate.Decision{Action: runstate.ActionReject},
-		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
-		OnFailure:    func(f Failure) { failures = append(failures, f) },
+		// Growing the stack to the memory cap takes seconds on a loaded
+		// machine: the deadline must not be what stops it.
+		CallTimeout: time.Minute,
+		Fallback:    runstate.Decision{Action: runstate.ActionReject},
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		OnFailure:   func(f Failure) { failures = append(failures, f) },
 	})
 	cases := []struct {
 		content string
