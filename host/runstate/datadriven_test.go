@@ -139,7 +139,8 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		runID := strings.ToUpper(msgID)
 		a := runstate.Admit{
 			ThreadID: thread, Key: key, Content: content, Hint: arg(d, "hint", ""),
-			RunID: runID, InputMessageID: msgID, AssistantMessageID: "ans-" + runID, Now: w.now(),
+			RunID: runID, InputMessageID: msgID, AssistantMessageID: "ans-" + runID,
+			StartAs: arg(d, "start-as", ""), Now: w.now(),
 		}
 		if dec := arg(d, "decide", ""); dec != "" {
 			parts := strings.Split(dec, "+")

@@ -17,7 +17,8 @@
 //     busy thread the caller's Decision applies: queue and inject write the
 //     same records (a queued run, or with CoalescePending the input joins the
 //     last queued run), interrupt also names the active run to stop, reject is
-//     ErrBusy and writes nothing.
+//     ErrBusy and writes nothing. With StartAs, the new run of an idle
+//     thread is started in the same effects, under that owner.
 //   - Start: the head of the queue becomes active, owned by the caller; never
 //     two active runs on a thread.
 //   - CommitTerminal: only the active run's owner may end it. Only a completed

@@ -156,6 +156,11 @@ func admit(s Snapshot, m Admit) (Effects, error) {
 	if err := checkID("input message id", m.InputMessageID); err != nil {
 		return Effects{}, err
 	}
+	if m.StartAs != "" {
+		if err := checkID("owner", m.StartAs); err != nil {
+			return Effects{}, err
+		}
+	}
 
 	adm := &Admission{ThreadID: m.ThreadID, InputMessageID: m.InputMessageID}
 	act := activeRun(s)
@@ -214,6 +219,9 @@ func admit(s Snapshot, m Admit) (Effects, error) {
 		}
 		t.NextRunSeq++
 		t.OpenRunIDs = append(t.OpenRunIDs, run.ID)
+		if !busy && m.StartAs != "" {
+			startAdmitted(&run, m.StartAs, m.Now)
+		}
 	}
 	adm.RunID = run.ID
 	msg := record.Message{
@@ -243,6 +251,16 @@ func admit(s Snapshot, m Admit) (Effects, error) {
 		}}
 	}
 	return eff, nil
+}
+
+// startAdmitted makes the run an admission to an idle thread creates
+// active under owner, as Start would on the snapshot the admission leaves:
+// it is the head of the queue and nothing else is open. The two make one
+// version step, and one commit.
+func startAdmitted(run *record.Run, owner string, now time.Time) {
+	run.State = record.StateActive
+	run.Owner = owner
+	run.StartedAt = now
 }
 
 func start(s Snapshot, m Start) (Effects, error) {

@@ -73,7 +73,13 @@ type Admit struct {
 	RunID              string
 	InputMessageID     string
 	AssistantMessageID string
-	Now                time.Time
+	// StartAs, when set, starts the admitted run under this owner in the
+	// admission's own effects if the thread is idle (no open run): the
+	// effects of Admit then Start in one version step. On a busy thread, or
+	// for a duplicate, it is ignored. The caller leaves it empty when the
+	// thread belongs to another live owner.
+	StartAs string
+	Now     time.Time
 }
 
 // Start makes the head of a thread's queue active.

@@ -179,10 +179,11 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 	eff, err := s.apply(ctx, sub.ThreadID, sub.Key, fenceOf, true, func(snap runstate.Snapshot, cached bool) (runstate.Effects, error) {
 		m.Now = s.opt.Now()
 		m.Decision = nil
-		eff, err := runstate.Reduce(snap, m)
-		if err == nil && sub.StartAs != "" {
-			return s.startAdmitted(snap, eff, sub.StartAs, m.Now), nil
+		m.StartAs = ""
+		if sub.StartAs != "" && !s.ownedElsewhere(snap.Thread.Owner, sub.StartAs) {
+			m.StartAs = sub.StartAs
 		}
+		eff, err := runstate.Reduce(snap, m)
 		if cached && errors.Is(err, runstate.ErrDecisionRequired) {
 			return runstate.Effects{}, errStale
 		}
@@ -229,30 +230,11 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 	return adm, nil
 }
 
-// startAdmitted adds to the effects of an admission to an idle thread
-// those of starting its run under owner, as one commit: Start reduced on
-// the snapshot the admission leaves, its header kept at the admission's
-// version so that the two make one version step. An admission it cannot
-// start (a busy thread, a duplicate, a thread another live lease owns) is
-// returned as it is.
-func (s *Store) startAdmitted(snap runstate.Snapshot, adm runstate.Effects, owner string, now time.Time) runstate.Effects {
-	if adm.Admission == nil || adm.Admission.Duplicate || len(snap.Open) > 0 || adm.Run == nil || adm.Run.State != record.StateQueued {
-		return adm
-	}
-	fence := s.opt.Fence(owner)
-	if o := snap.Thread.Owner; o != 0 && o != fence && s.opt.OwnerLive(o) {
-		return adm
-	}
-	th := *adm.Thread
-	th.Version = snap.Thread.Version
-	started, err := runstate.Reduce(runstate.Snapshot{Thread: th, Open: []record.Run{*adm.Run}}, runstate.Start{ThreadID: th.ID, Owner: owner, Now: now})
-	if err != nil {
-		return adm
-	}
-	started.HistoryMutations = adm.HistoryMutations
-	started.Idempotency = adm.Idempotency
-	started.Admission = adm.Admission
-	return started
+// ownedElsewhere reports whether a thread whose stored owner is o belongs
+// to a live lease other than the one owner executes under: a start there
+// would be fenced, so an admission does not try it (ADR 0120).
+func (s *Store) ownedElsewhere(o int64, owner string) bool {
+	return o != 0 && o != s.opt.Fence(owner) && s.opt.OwnerLive(o)
 }
 
 func view(snap runstate.Snapshot, sub Submission) ThreadView {
