@@ -1,106 +1,234 @@
 package host
 
 import (
+	"context"
 	"errors"
-
-	"github.com/agenthost/agenthost/abi/record"
+	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
 )
+
+// coordinator schedules threads onto a fixed set of workers: a thread is
+// held by at most one worker at a time, and threads wait in FIFO order. It
+// knows nothing of the store: a worker calls the work function it is given
+// for each thread it takes, and that function reports whether the thread
+// should be scheduled again.
+type coordinator struct {
+	max int // workers
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	queue   []string            // threads waiting for a worker, FIFO
+	queued  map[string]bool     // threads in queue
+	running map[string]*runExec // thread → its executing run (reserved while it starts)
+	rekick  map[string]bool     // threads kicked while a worker held them
+	started map[string]record.Run
+	workers sync.WaitGroup
+}
+
+func newCoordinator(workers int) *coordinator {
+	c := &coordinator{
+		max:     workers,
+		queued:  map[string]bool{},
+		running: map[string]*runExec{},
+		rekick:  map[string]bool{},
+		started: map[string]record.Run{},
+	}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// start starts the workers; each executes work for the threads it takes.
+func (c *coordinator) start(work func(thread string, ex *runExec) (again bool)) {
+	for range c.max {
+		c.workers.Add(1)
+		go c.worker(work)
+	}
+}
 
 // kick schedules a thread: a worker will start the head of its queue. A
 // thread that is waiting already stays as it is; one that a worker holds is
 // marked, and scheduled again when the worker lets go of it, since the
 // worker may have looked at the queue before the input that caused this
 // kick was committed.
-func (rt *Runtime) kick(thread string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.closed || rt.queued[thread] {
+func (c *coordinator) kick(thread string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.queued[thread] {
 		return
 	}
-	if rt.running[thread] != nil {
-		rt.rekick[thread] = true
+	if c.running[thread] != nil {
+		c.rekick[thread] = true
 		return
 	}
-	rt.queued[thread] = true
-	rt.queue = append(rt.queue, thread)
-	rt.cond.Signal()
+	c.queued[thread] = true
+	c.queue = append(c.queue, thread)
+	c.cond.Signal()
+}
+
+// isClosed reports whether close was called.
+func (c *coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // idleWorker reports whether a worker is free to execute a run of the
 // thread at once: none holds the thread, and fewer threads wait or run than
 // there are workers. Only then does an admission start its run itself (a
 // run started with no worker free would sit active, not executing).
-func (rt *Runtime) idleWorker(thread string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return !rt.closed && rt.running[thread] == nil && !rt.queued[thread] && len(rt.running)+len(rt.queue) < rt.cfg.MaxConcurrentRuns
+func (c *coordinator) idleWorker(thread string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.running[thread] == nil && !c.queued[thread] && len(c.running)+len(c.queue) < c.max
 }
 
 // handOff gives a worker a run that its admission started.
-func (rt *Runtime) handOff(run record.Run) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	rt.started[run.ThreadID] = run
+func (c *coordinator) handOff(run record.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started[run.ThreadID] = run
 }
 
 // takeStarted returns the run an admission started on the thread, if any.
-func (rt *Runtime) takeStarted(thread string) (record.Run, bool) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	r, ok := rt.started[thread]
-	delete(rt.started, thread)
+func (c *coordinator) takeStarted(thread string) (record.Run, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.started[thread]
+	delete(c.started, thread)
 	return r, ok
 }
 
-// next blocks until a thread waits for a worker, and reserves it; false once
-// the runtime closes.
-func (rt *Runtime) next() (string, *runExec, bool) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for len(rt.queue) == 0 && !rt.closed {
-		rt.cond.Wait()
+// dropStarted forgets a run handed over after a worker adopted it anyway.
+func (c *coordinator) dropStarted(thread, runID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.started[thread]; ok && r.ID == runID {
+		delete(c.started, thread)
 	}
-	if rt.closed {
+}
+
+// next blocks until a thread waits for a worker, and reserves it; false once
+// the coordinator closes.
+func (c *coordinator) next() (string, *runExec, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.queue) == 0 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.closed {
 		return "", nil, false
 	}
-	thread := rt.queue[0]
-	rt.queue[0] = ""
-	rt.queue = rt.queue[1:]
-	delete(rt.queued, thread)
+	thread := c.queue[0]
+	c.queue[0] = ""
+	c.queue = c.queue[1:]
+	delete(c.queued, thread)
 	ex := &runExec{}
-	rt.running[thread] = ex // reserved: no other worker takes the thread
+	c.running[thread] = ex // reserved: no other worker takes the thread
 	return thread, ex, true
 }
 
-func (rt *Runtime) worker() {
-	defer rt.workers.Done()
+func (c *coordinator) worker(work func(string, *runExec) bool) {
+	defer c.workers.Done()
 	for {
-		thread, ex, ok := rt.next()
+		thread, ex, ok := c.next()
 		if !ok {
 			return
 		}
-		again := rt.startAndExecute(thread, ex)
-		rt.mu.Lock()
-		delete(rt.running, thread)
-		again = again || rt.rekick[thread]
-		delete(rt.rekick, thread)
-		rt.mu.Unlock()
+		again := work(thread, ex)
+		c.mu.Lock()
+		delete(c.running, thread)
+		again = again || c.rekick[thread]
+		delete(c.rekick, thread)
+		c.mu.Unlock()
 		if again {
-			rt.kick(thread)
+			c.kick(thread)
 		}
 	}
 }
 
-// startAndExecute starts the head of the thread's queue and executes it. It
-// reports whether the thread should be scheduled again.
+// begin makes ex the execution of run: from now on it can be interrupted,
+// abandoned and asked for its progress.
+func (c *coordinator) begin(ex *runExec, base context.Context, run record.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ex.init(base, run)
+}
+
+// executing returns the thread's executing run, if any.
+func (c *coordinator) executing(thread string) *runExec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running[thread]
+}
+
+// steps returns how many model steps the thread's executing run has
+// finished, if runID is executing.
+func (c *coordinator) steps(thread, runID string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ex := c.running[thread]; ex != nil && ex.run.ID == runID {
+		return int(ex.steps.Load()), true
+	}
+	return 0, false
+}
+
+// interrupt asks the thread's executing run, if it is runID, to stop.
+func (c *coordinator) interrupt(thread, runID string) {
+	if ex := c.executing(thread); ex != nil {
+		ex.interrupt(runID)
+	}
+}
+
+// abandonOwner abandons the runs executing under owner.
+func (c *coordinator) abandonOwner(owner string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ex := range c.running {
+		ex.abandonIf(owner)
+	}
+}
+
+// close stops taking threads: idle workers return, busy ones return when
+// their run ends (wait).
+func (c *coordinator) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.cond.Broadcast()
+}
+
+// wait returns a channel closed once every worker has returned.
+func (c *coordinator) wait() <-chan struct{} {
+	done := make(chan struct{})
+	go func() { c.workers.Wait(); close(done) }()
+	return done
+}
+
+// executingRuns lists the runs being executed.
+func (c *coordinator) executingRuns() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, ex := range c.running {
+		if ex.run.ID != "" {
+			ids = append(ids, ex.run.ID)
+		}
+	}
+	return ids
+}
+
+// startAndExecute is the coordinator's work: it starts the head of the
+// thread's queue (or takes the run its admission started) and executes it.
+// It reports whether the thread should be scheduled again.
 func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ctx := rt.baseCtx
-	owner := rt.owner()
-	run, handed := rt.takeStarted(thread)
+	owner := rt.lease.owner()
+	run, handed := rt.coord.takeStarted(thread)
 	var err error
 	if !handed {
 		run, err = rt.st.Start(ctx, thread, owner)
@@ -126,7 +254,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	case err != nil:
 		if ctx.Err() == nil {
 			rt.log.Error("starting a run failed; retrying the thread shortly", "thread", thread, "err", err)
-			time.AfterFunc(time.Second, func() { rt.kick(thread) })
+			time.AfterFunc(time.Second, func() { rt.coord.kick(thread) })
 		}
 		return false
 	}
@@ -134,93 +262,11 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		rt.reg.forget(thread, run.ID) // it answers its own inputs now
 	}
 	rt.emit(run.ID, thread, EventStarted, map[string]string{"attempt": itoa(run.Attempt)})
-	rt.mu.Lock()
-	ex.init(rt.baseCtx, run)
-	rt.mu.Unlock()
+	rt.coord.begin(ex, rt.baseCtx, run)
 	rt.execute(ex)
-	rt.mu.Lock()
-	if r, ok := rt.started[thread]; ok && r.ID == run.ID {
-		delete(rt.started, thread) // adopted before its admission handed it over
-	}
-	rt.mu.Unlock()
+	rt.coord.dropStarted(thread, run.ID) // adopted before its admission handed it over
 	// Go on with the thread's next run, unless its last commit showed no
 	// other: an input admitted since then kicks the thread itself (here), or
 	// sends this host a notice (elsewhere), and the poll finds the rest.
 	return rt.st.MayHaveQueued(thread)
-}
-
-// interrupt asks the thread's executing run, if it is runID, to stop.
-func (rt *Runtime) interrupt(thread, runID string) {
-	rt.mu.Lock()
-	ex := rt.running[thread]
-	rt.mu.Unlock()
-	if ex != nil {
-		ex.interrupt(runID)
-	}
-}
-
-// waitFor returns a channel closed when one of the runs settles in this
-// process (or on the next poll, for changes made elsewhere).
-func (rt *Runtime) waitFor(runIDs ...string) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	rt.mu.Lock()
-	for _, id := range runIDs {
-		rt.waiters[id] = append(rt.waiters[id], ch)
-	}
-	rt.mu.Unlock()
-	return ch, func() {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		for _, id := range runIDs {
-			ws := rt.waiters[id]
-			for i, w := range ws {
-				if w == ch {
-					ws = append(ws[:i], ws[i+1:]...)
-					break
-				}
-			}
-			if len(ws) == 0 {
-				delete(rt.waiters, id)
-			} else {
-				rt.waiters[id] = ws
-			}
-		}
-	}
-}
-
-// maxPending bounds the runs remembered as admitted here and unsettled (an
-// optimization of Wait: forgetting them costs one read each).
-const maxPending = 1 << 16
-
-// admittedHere remembers a run this process admitted, until it settles.
-func (rt *Runtime) admittedHere(runID string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if len(rt.pending) >= maxPending {
-		clear(rt.pending)
-	}
-	rt.pending[runID] = true
-}
-
-func (rt *Runtime) pendingHere(runID string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt.pending[runID]
-}
-
-// settled wakes the waiters of the runs.
-func (rt *Runtime) settled(runIDs ...string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for _, id := range runIDs {
-		delete(rt.pending, id)
-		for _, ch := range rt.waiters[id] {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
-		}
-		delete(rt.waiters, id)
-	}
 }

@@ -2,13 +2,21 @@
 // to threads with Submit, wait for their answers with Ticket.Wait, and stop
 // it with Close.
 //
-// A Runtime is a coordinator and a pool of executors over a store layer
-// (package host/store):
+// A Runtime joins a few parts over a store layer (package host/store), each
+// in a file of its own and each unaware of the others:
 //
-//   - The coordinator keeps at most one active run per thread, starts the
-//     head of each thread's queue, runs many threads at once up to
-//     Config.MaxConcurrentRuns, and at start-up takes a new host epoch and
-//     recovers every run a previous process left behind.
+//   - The lease keeper (lease.go) says who this host is: every run it starts
+//     or recovers is owned by its lease's epoch, and a thread by the epoch
+//     that last started a run on it. The leases are the store's when the
+//     driver has them (several hosts, fenced commits), else a table of this
+//     process's (one host); the runtime asks both the same questions
+//     (ADR 0122). At start-up a new lease makes every run a previous process
+//     left active recoverable.
+//   - The coordinator (coordinator.go) keeps at most one worker per thread,
+//     runs many threads at once up to Config.MaxConcurrentRuns, and hands
+//     each worker the thread it executes next.
+//   - The ticket resolver (ticket.go) wakes the callers waiting for runs,
+//     in this process and, by notice, on other hosts.
 //   - An executor runs one run: it projects the prompt, loops model steps
 //     and tool calls through the prepareStep hook chain, and ends the run
 //     with one terminal commit.

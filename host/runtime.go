@@ -43,14 +43,11 @@ type Config struct {
 	MaxConcurrentRuns int
 	// MaxAttempts bounds a run's executions across recoveries. Default 3.
 	MaxAttempts int
-	// LiveOwner reports whether a host epoch other than this runtime's own is
-	// still executing its runs. Default: none is (a single host per store).
-	// It is not used with a driver that has leases: the leases say.
-	LiveOwner func(owner string) bool
 	// LeaseTTL is how long this host's lease lives unless renewed, with a
 	// driver that has leases (several hosts on one store); it is renewed
 	// every third of it. A host that dies holds its threads this long.
-	// Default 10s.
+	// Default 10s. A driver without leases lets one host alone use its
+	// data; that host's lease lives until Close (ADR 0122).
 	LeaseTTL time.Duration
 	// PollInterval is how often a host sharing its store looks for work that
 	// no notice announced (dead leases' runs, missed notices). Default 2s.
@@ -67,38 +64,32 @@ type Config struct {
 	Now   func() time.Time
 }
 
-// Runtime is a running agenthost: coordinator, executors and store layer.
+// Runtime is a running agenthost. It joins four parts, each of which knows
+// nothing of the others: the store layer (what is durable), the lease
+// keeper (who this host is, and who else is live), the coordinator (which
+// thread a worker executes next) and the ticket resolver (who waits for
+// which run). Admission, recovery, the executor and the notices between
+// hosts are the runtime's own code over them.
 type Runtime struct {
-	cfg    Config
-	st     *store.Store
-	epoch  string    // the owner of this host's runs, when the driver has no leases
-	sh     *shared   // several hosts: nil when the driver has no leases
-	reg    *registry // nil when the policy can never inject
-	log    *slog.Logger
-	events *eventLog
-	stats  counters
+	cfg     Config
+	st      *store.Store
+	lease   *leaseKeeper
+	coord   *coordinator
+	tickets *resolver
+	reg     *registry // nil when the policy can never inject
+	log     *slog.Logger
+	events  *eventLog
+	stats   counters
 
 	baseCtx    context.Context // canceled when Close gives up waiting
 	abandonAll context.CancelFunc
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	closed  bool
-	queue   []string            // threads waiting for a worker, FIFO
-	queued  map[string]bool     // threads in queue
-	running map[string]*runExec // thread → its executing run
-	rekick  map[string]bool     // threads kicked while a worker held them
-	waiters map[string][]chan struct{}
-	pending map[string]bool       // runs admitted here, not yet seen settled
-	started map[string]record.Run // thread → its run started by its admission, for a worker to execute
-	workers sync.WaitGroup
-
-	bg         sync.WaitGroup // the shared-mode loops
-	stopShared context.CancelFunc
-	pollCh     chan struct{}
+	loops     sync.WaitGroup // the lease's upkeep, the watch and the poll
+	stopLoops context.CancelFunc
+	pollCh    chan struct{}
 }
 
-// New starts a runtime: it takes a new host epoch, recovers every run that a
+// New starts a runtime: it takes a new lease, recovers every run that a
 // previous process left active or queued, and starts executing.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Driver == nil {
@@ -128,9 +119,6 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
 	}
-	if cfg.LiveOwner == nil {
-		cfg.LiveOwner = func(string) bool { return false }
-	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
 	}
@@ -149,80 +137,56 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	rt := &Runtime{
-		cfg:     cfg,
-		st:      nil,
-		epoch:   cfg.NewID("epoch"),
-		log:     cfg.Logger,
-		events:  newEventLog(cfg.EventRuns),
-		queued:  map[string]bool{},
-		running: map[string]*runExec{},
-		rekick:  map[string]bool{},
-		waiters: map[string][]chan struct{}{},
-		pending: map[string]bool{},
-		started: map[string]record.Run{},
-		pollCh:  make(chan struct{}, 1),
-	}
 	info, err := cfg.Driver.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("host: reading the driver's info: %w", err)
 	}
-	opts := store.Options{NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe}
-	if l, ok := cfg.Driver.(driver.Leaser); ok && info.Leases {
-		rt.sh = newShared(l, cfg)
-		x, err := rt.sh.acquire(ctx, rt.log.Warn)
-		if err != nil {
-			return nil, err
-		}
-		if err := rt.sh.refresh(ctx); err != nil {
-			_ = rt.releaseLease()
-			return nil, fmt.Errorf("host: reading the live leases: %w", err)
-		}
-		rt.log.Info("sharing the store: took a lease", "epoch", x.Epoch, "holder", rt.sh.holder, "ttl", cfg.LeaseTTL)
-		opts.Fence, opts.OwnerLive = leaseEpoch, rt.ownerLive
+	rt := &Runtime{
+		cfg:     cfg,
+		lease:   newLeaseKeeper(cfg.Driver, info, cfg),
+		coord:   newCoordinator(cfg.MaxConcurrentRuns),
+		tickets: newResolver(),
+		log:     cfg.Logger,
+		events:  newEventLog(cfg.EventRuns),
+		pollCh:  make(chan struct{}, 1),
 	}
-	rt.st = store.New(cfg.Driver, opts)
-	rt.cond = sync.NewCond(&rt.mu)
+	x, err := rt.lease.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.lease.refresh(ctx); err != nil {
+		_ = rt.lease.release()
+		return nil, fmt.Errorf("host: reading the live leases: %w", err)
+	}
+	if !rt.lease.alone() {
+		rt.log.Info("sharing the store: took a lease", "epoch", x.Epoch, "holder", rt.lease.holder, "ttl", cfg.LeaseTTL)
+	}
+	rt.st = store.New(cfg.Driver, store.Options{
+		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe,
+		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive,
+	})
 	if m.CanReturn(runstate.ActionInject) {
 		rt.reg = newRegistry()
 	}
 	rt.baseCtx, rt.abandonAll = context.WithCancel(context.Background())
 	if err := rt.scan(ctx); err != nil {
 		rt.abandonAll()
-		if rt.sh != nil {
-			_ = rt.releaseLease()
-		}
+		_ = rt.lease.release()
 		return nil, err
 	}
-	for range cfg.MaxConcurrentRuns {
-		rt.workers.Add(1)
-		go rt.worker()
-	}
-	if rt.sh != nil {
-		rt.startShared()
-	}
+	rt.coord.start(rt.startAndExecute)
+	rt.startLoops()
 	return rt, nil
 }
 
-// Epoch is the owner of the runs this runtime executes: its host epoch, or
-// with a driver that has leases, its current lease's.
-func (rt *Runtime) Epoch() string { return rt.owner() }
+// Epoch is the owner of the runs this runtime executes now: its current
+// lease's, as record.Run.Owner names it.
+func (rt *Runtime) Epoch() string { return rt.lease.owner() }
 
-func (rt *Runtime) owner() string {
-	if rt.sh != nil {
-		return leaseOwner(rt.sh.epoch.Load())
-	}
-	return rt.epoch
-}
-
-// LeaseEpoch is the epoch of the lease this runtime executes under, 0 when
-// its driver has no leases.
-func (rt *Runtime) LeaseEpoch() int64 {
-	if rt.sh == nil {
-		return 0
-	}
-	return rt.sh.epoch.Load()
-}
+// LeaseEpoch is the epoch of the lease this runtime executes under: the
+// store's lease with a driver that has leases, else one of this process's
+// (ADR 0122).
+func (rt *Runtime) LeaseEpoch() int64 { return rt.lease.epoch.Load() }
 
 // Store returns the runtime's store layer.
 func (rt *Runtime) Store() *store.Store { return rt.st }
@@ -230,16 +194,8 @@ func (rt *Runtime) Store() *store.Store { return rt.st }
 // scan queues again every active run whose owner is gone and schedules
 // every thread with work: at start, and with a shared store at every poll.
 func (rt *Runtime) scan(ctx context.Context) error {
-	owner := rt.owner()
-	live := func(o string) bool {
-		switch {
-		case o == owner:
-			return true
-		case rt.sh != nil:
-			return rt.sh.isLive(leaseEpoch(o))
-		}
-		return rt.cfg.LiveOwner(o)
-	}
+	owner := rt.lease.owner()
+	live := func(o string) bool { return o == owner || rt.lease.ownerLive(o) }
 	threads := map[string]bool{}
 	var order []string
 	var todo []record.Run
@@ -282,17 +238,17 @@ func (rt *Runtime) scan(ctx context.Context) error {
 	close(work)
 	wg.Wait()
 	for _, th := range order {
-		// With a shared store, leave a thread that another live host owns
-		// to it (its own poll finds the work if a notice was lost).
-		if rt.sh == nil || rt.ownsOrMayTake(ctx, th) {
-			rt.kick(th)
+		// Leave a thread that another live host owns to it (its own poll
+		// finds the work if a notice was lost).
+		if rt.ownsOrMayTake(ctx, th) {
+			rt.coord.kick(th)
 		}
 	}
 	return firstErr
 }
 
 func (rt *Runtime) recoverOne(ctx context.Context, r record.Run) error {
-	rec, err := rt.st.Recover(ctx, r, r.Owner, rt.owner())
+	rec, err := rt.st.Recover(ctx, r, r.Owner, rt.lease.owner())
 	switch {
 	case errors.Is(err, runstate.ErrNotOwner), errors.Is(err, runstate.ErrRunTerminal):
 		return nil // it moved on since the scan
@@ -326,15 +282,12 @@ type SubmitOptions struct {
 // A busy thread's input policy may reject it (runstate.ErrBusy); a reused
 // key with other content is runstate.ErrKeyReused.
 func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts SubmitOptions) (*Ticket, error) {
-	rt.mu.Lock()
-	closed := rt.closed
-	rt.mu.Unlock()
-	if closed {
+	if rt.coord.isClosed() {
 		return nil, ErrClosed
 	}
 	sub := store.Submission{ThreadID: threadID, Key: opts.IdempotencyKey, Content: input, Hint: opts.Hint, Metadata: opts.Metadata}
-	if rt.idleWorker(threadID) {
-		sub.StartAs = rt.owner() // an idle thread's run starts in the admission's commit
+	if rt.coord.idleWorker(threadID) {
+		sub.StartAs = rt.lease.owner() // an idle thread's run starts in the admission's commit
 	}
 	adm, err := rt.st.Admit(ctx, sub, rt.decide)
 	if err != nil {
@@ -344,7 +297,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		if errors.Is(err, store.ErrOutcomeUnknown) {
 			// It may have landed (and started its run, owned by this host):
 			// make sure the thread runs.
-			rt.kick(threadID)
+			rt.coord.kick(threadID)
 		}
 		return nil, err
 	}
@@ -352,10 +305,10 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	if adm.Duplicate {
 		// The first attempt may have been committed without its caller
 		// hearing back (and so without a kick): make sure the thread runs.
-		rt.kick(threadID)
+		rt.coord.kick(threadID)
 		return t, nil
 	}
-	rt.admittedHere(adm.RunID)
+	rt.tickets.admitted(adm.RunID)
 	decision := "start"
 	if adm.Decision != nil {
 		decision = string(adm.Decision.Action)
@@ -368,19 +321,19 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 			Content: input, Hint: opts.Hint, Metadata: opts.Metadata,
 		})
 	}
-	if rt.sh != nil && adm.ThreadOwner != 0 && adm.ThreadOwner != rt.sh.epoch.Load() && rt.sh.isLive(adm.ThreadOwner) {
+	if o := adm.ThreadOwner; o != 0 && o != rt.lease.epoch.Load() && rt.lease.isLive(o) {
 		// Another live host owns the thread: wake it (offers stay with this
 		// process, so for that host an injected input is a queued run).
-		rt.wakeOwner(threadID, adm.ThreadOwner, adm.RunID, adm.InterruptRunID)
+		rt.notify(driver.Notice{ThreadID: threadID, Owner: o, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: rt.lease.epoch.Load()})
 		return t, nil
 	}
 	if adm.InterruptRunID != "" {
-		rt.interrupt(threadID, adm.InterruptRunID)
+		rt.coord.interrupt(threadID, adm.InterruptRunID)
 	}
 	if adm.Started != nil {
-		rt.handOff(*adm.Started)
+		rt.coord.handOff(*adm.Started)
 	}
-	rt.kick(threadID)
+	rt.coord.kick(threadID)
 	return t, nil
 }
 
@@ -408,11 +361,9 @@ func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Dec
 	}
 	if v.Active != nil {
 		ri := info(*v.Active)
-		rt.mu.Lock()
-		if ex := rt.running[v.Thread.ID]; ex != nil && ex.run.ID == v.Active.ID {
-			ri.Steps = int(ex.steps.Load())
+		if n, ok := rt.coord.steps(v.Thread.ID, v.Active.ID); ok {
+			ri.Steps = n
 		}
-		rt.mu.Unlock()
 		req.Active = &ri
 	}
 	for _, q := range v.Queued {
@@ -496,36 +447,23 @@ type CloseReport struct {
 // It never commits anything on behalf of an abandoned run, so in particular
 // never an absorption. Close does not close the driver.
 func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
-	rt.mu.Lock()
-	rt.closed = true
-	rt.cond.Broadcast()
-	rt.mu.Unlock()
-	done := make(chan struct{})
-	go func() { rt.workers.Wait(); close(done) }()
+	rt.coord.close()
+	done := rt.coord.wait()
 	var abandoned []string
 	select {
 	case <-done:
 	case <-ctx.Done():
-		rt.mu.Lock()
-		for _, ex := range rt.running {
-			if ex.run.ID != "" {
-				abandoned = append(abandoned, ex.run.ID)
-			}
-		}
-		rt.mu.Unlock()
+		abandoned = rt.coord.executingRuns()
 		rt.abandonAll()
 		<-done
 	}
 	rt.abandonAll()
-	var leaseErr error
-	if rt.sh != nil {
-		rt.stopShared()
-		rt.bg.Wait()
-		leaseErr = rt.releaseLease()
-	}
+	rt.stopLoops()
+	rt.loops.Wait()
+	leaseErr := rt.lease.release()
 	slices.Sort(abandoned)
 	rep := CloseReport{Abandoned: abandoned}
-	owner := rt.owner()
+	owner := rt.lease.owner()
 	// Read what is left from the store: the report is about durable state.
 	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -563,8 +501,6 @@ type counters struct {
 	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
 	commitErrors     atomic.Int64
 	commitLatency    histogram
-	leaseRenewals    atomic.Int64
-	leasesLost       atomic.Int64
 	noticesSent      atomic.Int64
 	noticesReceived  atomic.Int64
 }
@@ -674,8 +610,8 @@ func (rt *Runtime) Stats() Stats {
 		InjectHook:       rt.reg != nil,
 		CommitErrors:     rt.stats.commitErrors.Load(),
 		CommitLatency:    rt.stats.commitLatency.snapshot(),
-		LeaseRenewals:    rt.stats.leaseRenewals.Load(),
-		LeasesLost:       rt.stats.leasesLost.Load(),
+		LeaseRenewals:    rt.lease.renewals.Load(),
+		LeasesLost:       rt.lease.lost.Load(),
 		NoticesSent:      rt.stats.noticesSent.Load(),
 		NoticesReceived:  rt.stats.noticesReceived.Load(),
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/agenthost/agenthost/host/store"
@@ -35,16 +36,43 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 
 // Wait blocks until run runID settles and returns its result.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
+	return rt.tickets.wait(ctx, runID, rt.st.Result)
+}
+
+// Result returns a run's result now, settled or not.
+func (rt *Runtime) Result(ctx context.Context, runID string) (Result, error) {
+	return rt.st.Result(ctx, runID)
+}
+
+// resolver answers the callers waiting for runs to settle: those of this
+// process (wait), and other hosts that admitted runs of this host's threads
+// and asked to be told (replyTo). It is told when runs settle (settled) and
+// reads results through the function wait is given; it holds no record.
+type resolver struct {
+	mu      sync.Mutex
+	waiters map[string][]chan struct{}
+	pending map[string]bool // runs admitted here, not yet seen settled
+	// replyTo: runs of this host's threads admitted on other hosts that
+	// wait for them, by run id → those hosts' epochs.
+	replyTo map[string][]int64
+}
+
+func newResolver() *resolver {
+	return &resolver{waiters: map[string][]chan struct{}{}, pending: map[string]bool{}, replyTo: map[string][]int64{}}
+}
+
+// wait blocks until run runID settles, reading its result with read.
+func (r *resolver) wait(ctx context.Context, runID string, read func(context.Context, string) (Result, error)) (Result, error) {
 	for first := true; ; first = false {
 		// Register before reading, so a settle between the read and the
 		// wait is not missed.
-		ch, done := rt.waitFor(runID)
+		ch, done := r.waitFor(runID)
 		var res Result
 		// A run this process admitted and has not yet seen settle is not
 		// read first: the settle (or the poll) wakes the wait.
-		if !first || !rt.pendingHere(runID) {
+		if !first || !r.pendingHere(runID) {
 			var err error
-			res, err = rt.st.Result(ctx, runID)
+			res, err = read(ctx, runID)
 			if err != nil || res.Settled {
 				done()
 				return res, err
@@ -64,7 +92,93 @@ func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
 	}
 }
 
-// Result returns a run's result now, settled or not.
-func (rt *Runtime) Result(ctx context.Context, runID string) (Result, error) {
-	return rt.st.Result(ctx, runID)
+// waitFor returns a channel closed when one of the runs settles in this
+// process (or on the next poll, for changes made elsewhere).
+func (r *resolver) waitFor(runIDs ...string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	for _, id := range runIDs {
+		r.waiters[id] = append(r.waiters[id], ch)
+	}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, id := range runIDs {
+			ws := r.waiters[id]
+			for i, w := range ws {
+				if w == ch {
+					ws = append(ws[:i], ws[i+1:]...)
+					break
+				}
+			}
+			if len(ws) == 0 {
+				delete(r.waiters, id)
+			} else {
+				r.waiters[id] = ws
+			}
+		}
+	}
+}
+
+// maxPending bounds the runs remembered as admitted here and unsettled (an
+// optimization of Wait: forgetting them costs one read each).
+const maxPending = 1 << 16
+
+// admitted remembers a run this process admitted, until it settles.
+func (r *resolver) admitted(runID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) >= maxPending {
+		clear(r.pending)
+	}
+	r.pending[runID] = true
+}
+
+func (r *resolver) pendingHere(runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending[runID]
+}
+
+// settled wakes the waiters of the runs.
+func (r *resolver) settled(runIDs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range runIDs {
+		delete(r.pending, id)
+		for _, ch := range r.waiters[id] {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		delete(r.waiters, id)
+	}
+}
+
+// replyWanted records that the host of epoch waits for run runID.
+func (r *resolver) replyWanted(runID string, epoch int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replyTo[runID] = append(r.replyTo[runID], epoch)
+}
+
+// takeReplies returns, by epoch, the settled runs that other hosts wait
+// for, and forgets them.
+func (r *resolver) takeReplies(runIDs []string) map[int64][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var to map[int64][]string
+	for _, id := range runIDs {
+		for _, e := range r.replyTo[id] {
+			if to == nil {
+				to = map[int64][]string{}
+			}
+			to[e] = append(to[e], id)
+		}
+		delete(r.replyTo, id)
+	}
+	return to
 }
