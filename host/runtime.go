@@ -19,9 +19,6 @@ import (
 	"github.com/agenthost/agenthost/host/store"
 )
 
-// ErrClosed is returned by Submit once Close has begun.
-var ErrClosed = errors.New("runtime closed")
-
 // Config configures a Runtime.
 type Config struct {
 	// Driver is the store driver. Required. The runtime does not close it.
@@ -279,8 +276,8 @@ type SubmitOptions struct {
 }
 
 // Submit admits an input to a thread. It returns once the input is durable.
-// A busy thread's input policy may reject it (runstate.ErrBusy); a reused
-// key with other content is runstate.ErrKeyReused.
+// A busy thread's input policy may reject it (ErrBusy); a reused key with
+// other content is ErrKeyReused.
 func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts SubmitOptions) (*Ticket, error) {
 	if rt.coord.isClosed() {
 		return nil, ErrClosed
@@ -299,7 +296,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 			// make sure the thread runs.
 			rt.coord.kick(threadID)
 		}
-		return nil, err
+		return nil, speak(err)
 	}
 	t := &Ticket{rt: rt, RunID: adm.RunID, ThreadID: threadID, InputMessageID: adm.InputMessageID, Duplicate: adm.Duplicate}
 	if adm.Duplicate {
@@ -394,7 +391,7 @@ func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Dec
 func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error) {
 	r, err := rt.st.Cancel(ctx, runID)
 	if err != nil {
-		return record.Run{}, err
+		return record.Run{}, speak(err)
 	}
 	if rt.reg != nil {
 		rt.reg.forget(r.ThreadID, r.ID)
@@ -408,17 +405,20 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error)
 
 // Run returns a run's durable record.
 func (rt *Runtime) Run(ctx context.Context, runID string) (record.Run, error) {
-	return rt.st.GetRun(ctx, runID)
+	r, err := rt.st.GetRun(ctx, runID)
+	return r, speak(err)
 }
 
 // ThreadRuns returns a thread's runs in seq order.
 func (rt *Runtime) ThreadRuns(ctx context.Context, threadID string) ([]record.Run, error) {
-	return rt.st.ThreadRuns(ctx, threadID)
+	runs, err := rt.st.ThreadRuns(ctx, threadID)
+	return runs, speak(err)
 }
 
 // History returns a thread's settled conversation.
 func (rt *Runtime) History(ctx context.Context, threadID string) ([]record.Message, error) {
-	return rt.st.History(ctx, threadID)
+	msgs, err := rt.st.History(ctx, threadID)
+	return msgs, speak(err)
 }
 
 // Events returns a run's events after seq, and a channel closed when more

@@ -36,12 +36,14 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 
 // Wait blocks until run runID settles and returns its result.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
-	return rt.tickets.wait(ctx, runID, rt.st.Result)
+	res, err := rt.tickets.wait(ctx, runID, rt.st.Result)
+	return res, speak(err)
 }
 
 // Result returns a run's result now, settled or not.
 func (rt *Runtime) Result(ctx context.Context, runID string) (Result, error) {
-	return rt.st.Result(ctx, runID)
+	res, err := rt.st.Result(ctx, runID)
+	return res, speak(err)
 }
 
 // resolver answers the callers waiting for runs to settle: those of this
