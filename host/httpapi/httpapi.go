@@ -6,6 +6,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/host/runstate"
 )
 
 // Options configure the handler.
@@ -50,18 +49,31 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// Routes lists every route the handler serves, as "METHOD PATH" patterns.
-var Routes = []string{
-	"POST /v1/threads/{thread_id}/inputs",
-	"GET /v1/threads/{thread_id}/runs",
-	"GET /v1/threads/{thread_id}/messages",
-	"GET /v1/runs/{run_id}",
-	"GET /v1/runs/{run_id}/result",
-	"GET /v1/runs/{run_id}/events",
-	"POST /v1/runs/{run_id}/cancel",
-	"GET /healthz",
-	"GET /metrics",
+// routes is every route the handler serves: a "METHOD PATH" pattern of
+// http.ServeMux and its handler.
+var routes = []struct {
+	pattern string
+	serve   func(*Handler, http.ResponseWriter, *http.Request)
+}{
+	{"POST /v1/threads/{thread_id}/inputs", (*Handler).submit},
+	{"GET /v1/threads/{thread_id}/runs", (*Handler).threadRuns},
+	{"GET /v1/threads/{thread_id}/messages", (*Handler).threadMessages},
+	{"GET /v1/runs/{run_id}", (*Handler).getRun},
+	{"GET /v1/runs/{run_id}/result", (*Handler).result},
+	{"GET /v1/runs/{run_id}/events", (*Handler).events},
+	{"POST /v1/runs/{run_id}/cancel", (*Handler).cancel},
+	{"GET /healthz", (*Handler).healthz},
+	{"GET /metrics", (*Handler).metrics},
 }
+
+// Routes lists every route the handler serves, as "METHOD PATH" patterns.
+var Routes = func() []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		out[i] = r.pattern
+	}
+	return out
+}()
 
 // New returns a handler for rt.
 func New(rt *host.Runtime, opt Options) *Handler {
@@ -75,11 +87,8 @@ func New(rt *host.Runtime, opt Options) *Handler {
 		opt.Logger = slog.Default()
 	}
 	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger}
-	handlers := []http.HandlerFunc{
-		h.submit, h.threadRuns, h.threadMessages, h.getRun, h.result, h.events, h.cancel, h.healthz, h.metrics,
-	}
-	for i, r := range Routes {
-		h.mux.Handle(r, handlers[i])
+	for _, rt := range routes {
+		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.serve(h, w, r) })
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path)
@@ -91,7 +100,7 @@ func New(rt *host.Runtime, opt Options) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opt.Token != "" && r.URL.Path != "/healthz" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !constantTimeEqual(got, h.opt.Token) {
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opt.Token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agenthost"`)
 			problem(w, http.StatusUnauthorized, "unauthorized", "a bearer token is required")
 			return
@@ -99,17 +108,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opt.MaxBodyBytes)
 	h.mux.ServeHTTP(w, r)
-}
-
-func constantTimeEqual(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var v byte
-	for i := range len(a) {
-		v |= a[i] ^ b[i]
-	}
-	return v == 0
 }
 
 // IsLoopback reports whether a listen address only accepts local clients.
@@ -146,21 +144,21 @@ func problem(w http.ResponseWriter, status int, code, detail string) {
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe), errors.Is(err, driver.ErrTooLarge):
+	case errors.As(err, &mbe), errors.Is(err, host.ErrTooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
-	case errors.Is(err, runstate.ErrBusy):
+	case errors.Is(err, host.ErrBusy):
 		problem(w, http.StatusConflict, "busy", err.Error())
-	case errors.Is(err, runstate.ErrKeyReused):
+	case errors.Is(err, host.ErrKeyReused):
 		problem(w, http.StatusUnprocessableEntity, "key_reused", err.Error())
-	case errors.Is(err, driver.ErrNotFound), errors.Is(err, runstate.ErrRunNotFound):
+	case errors.Is(err, host.ErrNotFound):
 		problem(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, runstate.ErrNotQueued):
+	case errors.Is(err, host.ErrNotQueued):
 		problem(w, http.StatusConflict, "not_queued", err.Error())
-	case errors.Is(err, runstate.ErrInvalid), errors.Is(err, driver.ErrInvalidArgument):
+	case errors.Is(err, host.ErrInvalid):
 		problem(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, host.ErrClosed):
 		problem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	case errors.Is(err, driver.ErrUnavailable):
+	case errors.Is(err, host.ErrUnavailable):
 		problem(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry with the same idempotency key")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		problem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
@@ -178,8 +176,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // validID checks a path id: printable, not too long.
 func validID(what, id string) error {
-	if id == "" || len(id) > runstate.MaxIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("%w: %s must be 1 to %d printable bytes", runstate.ErrInvalid, what, runstate.MaxIDLen)
+	if id == "" || len(id) > host.MaxIDLen || !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("%w: %s must be 1 to %d printable bytes", host.ErrInvalid, what, host.MaxIDLen)
 	}
 	return nil
 }
@@ -215,8 +213,8 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	if len(key) > runstate.MaxKeyLen {
-		h.fail(w, r, fmt.Errorf("%w: Idempotency-Key longer than %d bytes", runstate.ErrInvalid, runstate.MaxKeyLen))
+	if len(key) > host.MaxKeyLen {
+		h.fail(w, r, fmt.Errorf("%w: Idempotency-Key longer than %d bytes", host.ErrInvalid, host.MaxKeyLen))
 		return
 	}
 	var req SubmitRequest
@@ -228,15 +226,15 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
-		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object {\"content\": ..., \"hint\": ..., \"metadata\": {...}}: %v", runstate.ErrInvalid, err))
+		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object {\"content\": ..., \"hint\": ..., \"metadata\": {...}}: %v", host.ErrInvalid, err))
 		return
 	}
 	if dec.More() {
-		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", runstate.ErrInvalid))
+		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", host.ErrInvalid))
 		return
 	}
 	if strings.TrimSpace(req.Content) == "" {
-		h.fail(w, r, fmt.Errorf("%w: content is empty", runstate.ErrInvalid))
+		h.fail(w, r, fmt.Errorf("%w: content is empty", host.ErrInvalid))
 		return
 	}
 	tk, err := h.rt.Submit(r.Context(), thread, req.Content, host.SubmitOptions{IdempotencyKey: key, Hint: req.Hint, Metadata: req.Metadata})
@@ -316,7 +314,7 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			h.fail(w, r, fmt.Errorf("%w: wait must be a duration such as 30s", runstate.ErrInvalid))
+			h.fail(w, r, fmt.Errorf("%w: wait must be a duration such as 30s", host.ErrInvalid))
 			return
 		}
 		wait = min(d, h.opt.MaxWait)
@@ -445,7 +443,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	after := int64(0)
 	if s := r.Header.Get("Last-Event-ID"); s != "" {
 		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
-			h.fail(w, r, fmt.Errorf("%w: Last-Event-ID must be an event id", runstate.ErrInvalid))
+			h.fail(w, r, fmt.Errorf("%w: Last-Event-ID must be an event id", host.ErrInvalid))
 			return
 		}
 	}
@@ -475,7 +473,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		if len(evs) == 0 {
 			// Settled with no terminal event in this process (it settled
 			// before a restart): one terminal event from the record.
-			if run, err = h.rt.Run(r.Context(), id); err == nil && runstate.IsTerminal(run.State) {
+			if run, err = h.rt.Run(r.Context(), id); err == nil && host.IsTerminal(run.State) {
 				if evs, _ := h.rt.Events(id, after); len(evs) == 0 {
 					writeEvent(w, host.Event{Seq: after + 1, RunID: id, ThreadID: run.ThreadID, Type: host.EventTerminal, Time: run.EndedAt,
 						Data: map[string]string{"state": string(run.State), "reason": string(run.TerminalReason), "error": run.Error, "into_run_id": run.AbsorbedIntoRunID}})
