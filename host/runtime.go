@@ -56,6 +56,9 @@ type Config struct {
 	Logger *slog.Logger
 	// EventRuns is how many settled runs' events are kept. Default 10000.
 	EventRuns int
+	// ObserveCommit, when set, is called after every store commit with its
+	// latency and error (for metrics such as httpapi.CommitLatency).
+	ObserveCommit func(d time.Duration, err error)
 	// NewID and Now replace id generation and the clock (for tests).
 	NewID func(prefix string) string
 	Now   func() time.Time
@@ -159,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.log.Info("sharing the store: took a lease", "epoch", x.Epoch, "holder", rt.lease.holder, "ttl", cfg.LeaseTTL)
 	}
 	rt.st = store.New(cfg.Driver, store.Options{
-		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: rt.stats.commitLatency.observe,
+		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit,
 		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive,
 	})
 	if m.CanReturn(runstate.ActionInject) {
@@ -500,54 +503,8 @@ type counters struct {
 	recovered        atomic.Int64
 	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
 	commitErrors     atomic.Int64
-	commitLatency    histogram
 	noticesSent      atomic.Int64
 	noticesReceived  atomic.Int64
-}
-
-// histogram counts durations into fixed buckets (seconds).
-type histogram struct {
-	mu     sync.Mutex
-	counts [len(LatencyBuckets) + 1]int64
-	sum    time.Duration
-	n      int64
-}
-
-// LatencyBuckets are the upper bounds, in seconds, of the commit latency
-// histogram's buckets.
-var LatencyBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
-
-func (h *histogram) observe(d time.Duration, _ error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	i := 0
-	for i < len(LatencyBuckets) && d.Seconds() > LatencyBuckets[i] {
-		i++
-	}
-	h.counts[i]++
-	h.sum += d
-	h.n++
-}
-
-// Histogram is a snapshot of a latency histogram: Counts[i] is the number of
-// observations of at most LatencyBuckets[i] seconds (cumulative); Count
-// counts them all.
-type Histogram struct {
-	Counts []int64
-	Sum    time.Duration
-	Count  int64
-}
-
-func (h *histogram) snapshot() Histogram {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := Histogram{Counts: make([]int64, len(LatencyBuckets)), Sum: h.sum, Count: h.n}
-	var c int64
-	for i := range LatencyBuckets {
-		c += h.counts[i]
-		out.Counts[i] = c
-	}
-	return out
 }
 
 type labeled struct {
@@ -586,9 +543,8 @@ type Stats struct {
 	// InjectHook reports whether the injection hook is installed: only when
 	// the policy's manifest declares inject (otherwise step boundaries do no
 	// work and InjectBoundaries stays 0).
-	InjectHook    bool
-	CommitErrors  int64
-	CommitLatency Histogram
+	InjectHook   bool
+	CommitErrors int64
 	// With a shared store (several hosts): lease renewals, leases lost,
 	// notices sent to other hosts and received from them.
 	LeaseRenewals   int64
@@ -609,7 +565,6 @@ func (rt *Runtime) Stats() Stats {
 		InjectBoundaries: rt.stats.injectBoundaries.Load(),
 		InjectHook:       rt.reg != nil,
 		CommitErrors:     rt.stats.commitErrors.Load(),
-		CommitLatency:    rt.stats.commitLatency.snapshot(),
 		LeaseRenewals:    rt.lease.renewals.Load(),
 		LeasesLost:       rt.lease.lost.Load(),
 		NoticesSent:      rt.stats.noticesSent.Load(),

@@ -135,10 +135,11 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	var latency httpapi.CommitLatency
 	rt, err := host.New(ctx, host.Config{
 		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System,
 		MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
-		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName,
+		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName, ObserveCommit: latency.Observe,
 	})
 	if err != nil {
 		return err
@@ -153,7 +154,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
 	}
 	srv := &http.Server{
-		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods)}),
+		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods), CommitLatency: &latency}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)

@@ -39,6 +39,9 @@ type Options struct {
 	// Metrics, when set, writes further metrics (Prometheus text format) at
 	// the end of /metrics: the wasm guests' counters, for one.
 	Metrics func(io.Writer)
+	// CommitLatency, when set, is reported by /metrics; the runtime observes
+	// into it (host.Config.ObserveCommit).
+	CommitLatency *CommitLatency
 }
 
 // Handler serves one runtime.

@@ -63,11 +63,12 @@ func newServer(t testing.TB, gated bool, opt httpapi.Options) *server {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Policy: hintPolicy{}, Logger: logger})
+	lat := &httpapi.CommitLatency{}
+	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.Logger = logger
+	opt.Logger, opt.CommitLatency = logger, lat
 	s.Server = httptest.NewServer(httpapi.New(s.rt, opt))
 	t.Cleanup(func() {
 		s.Close()
@@ -157,6 +158,9 @@ func TestSubmitAndResult(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
 		}
+	}
+	if strings.Contains(string(body), "agenthost_store_commit_seconds_count 0\n") {
+		t.Fatalf("metrics count no commit:\n%s", body)
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-
-	"github.com/agenthost/agenthost/host"
+	"sync"
+	"time"
 )
 
 // metrics writes the runtime's counters in the Prometheus text format.
@@ -36,15 +36,55 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		restarts = h.opt.DriverRestarts()
 	}
 	counter(w, "agenthost_driver_restarts_total", "Store driver subprocess restarts.", restarts)
-	fmt.Fprintf(w, "# HELP agenthost_store_commit_seconds Store driver commit latency.\n# TYPE agenthost_store_commit_seconds histogram\n")
-	for i, le := range host.LatencyBuckets {
-		fmt.Fprintf(w, "agenthost_store_commit_seconds_bucket{le=%q} %d\n", strconv.FormatFloat(le, 'g', -1, 64), st.CommitLatency.Counts[i])
+	if h.opt.CommitLatency != nil {
+		h.opt.CommitLatency.write(w, "agenthost_store_commit_seconds", "Store driver commit latency.")
 	}
-	fmt.Fprintf(w, "agenthost_store_commit_seconds_bucket{le=\"+Inf\"} %d\n", st.CommitLatency.Count)
-	fmt.Fprintf(w, "agenthost_store_commit_seconds_sum %g\nagenthost_store_commit_seconds_count %d\n", st.CommitLatency.Sum.Seconds(), st.CommitLatency.Count)
 	if h.opt.Metrics != nil {
 		h.opt.Metrics(w)
 	}
+}
+
+// latencyBuckets are the upper bounds, in seconds, of CommitLatency's
+// buckets.
+var latencyBuckets = [...]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+// CommitLatency is a histogram of store commit latencies. Give its Observe
+// to the runtime (host.Config.ObserveCommit) and the histogram to the
+// handler (Options.CommitLatency). The zero value is ready for use.
+type CommitLatency struct {
+	mu     sync.Mutex
+	counts [len(latencyBuckets) + 1]int64
+	sum    time.Duration
+	n      int64
+}
+
+// Observe counts one commit that took d.
+func (h *CommitLatency) Observe(d time.Duration, _ error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := 0
+	for i < len(latencyBuckets) && d.Seconds() > latencyBuckets[i] {
+		i++
+	}
+	h.counts[i]++
+	h.sum += d
+	h.n++
+}
+
+// write writes the histogram in the Prometheus text format (cumulative
+// buckets).
+func (h *CommitLatency) write(w io.Writer, name, help string) {
+	h.mu.Lock()
+	counts, sum, n := h.counts, h.sum, h.n
+	h.mu.Unlock()
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	var c int64
+	for i, le := range latencyBuckets {
+		c += counts[i]
+		fmt.Fprintf(w, "%s_bucket{le=%q} %d\n", name, strconv.FormatFloat(le, 'g', -1, 64), c)
+	}
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", name, n)
+	fmt.Fprintf(w, "%s_sum %g\n%s_count %d\n", name, sum.Seconds(), name, n)
 }
 
 func counter(w io.Writer, name, help string, v int64) {
