@@ -29,7 +29,7 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies. Default 1 MiB.
 	MaxBodyBytes int64
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
-	// route but /healthz.
+	// route but /healthz and /readyz.
 	Token string
 	// MaxWait bounds the wait parameter of the result route. Default 5m.
 	MaxWait time.Duration
@@ -40,6 +40,8 @@ type Options struct {
 	// Metrics, when set, writes further metrics (Prometheus text format) at
 	// the end of /metrics: the wasm guests' counters, for one.
 	Metrics func(io.Writer)
+	// ReadyTimeout bounds the store check of /readyz. Default 2s.
+	ReadyTimeout time.Duration
 }
 
 // Handler serves one runtime.
@@ -61,6 +63,7 @@ var Routes = []string{
 	"POST /v1/runs/{run_id}/cancel",
 	"GET /healthz",
 	"GET /metrics",
+	"GET /readyz",
 }
 
 // New returns a handler for rt.
@@ -74,9 +77,12 @@ func New(rt *host.Runtime, opt Options) *Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if opt.ReadyTimeout <= 0 {
+		opt.ReadyTimeout = defaultReadyTimeout
+	}
 	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger}
 	handlers := []http.HandlerFunc{
-		h.submit, h.threadRuns, h.threadMessages, h.getRun, h.result, h.events, h.cancel, h.healthz, h.metrics,
+		h.submit, h.threadRuns, h.threadMessages, h.getRun, h.result, h.events, h.cancel, h.healthz, h.metrics, h.readyz,
 	}
 	for i, r := range Routes {
 		h.mux.Handle(r, handlers[i])
@@ -89,7 +95,7 @@ func New(rt *host.Runtime, opt Options) *Handler {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.opt.Token != "" && r.URL.Path != "/healthz" {
+	if h.opt.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || !constantTimeEqual(got, h.opt.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agenthost"`)

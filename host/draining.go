@@ -1,0 +1,9 @@
+package host
+
+// Draining reports whether Close has begun: the runtime admits no more
+// inputs (Submit answers ErrClosed) while the runs in flight finish.
+func (rt *Runtime) Draining() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.closed
+}
