@@ -70,6 +70,10 @@ type Config struct {
 	// any other wait on the driver past shutdown_timeout): a driver that
 	// has not stopped by then is killed.
 	DriverStopTimeout time.Duration `yaml:"driver_stop_timeout" env:"AGENTHOST_DRIVER_STOP_TIMEOUT"`
+	// AutoCertify lets the host certify a driver binary it has no
+	// certificate for (run the suite) and launch it. False: such a binary
+	// is refused until "agenthost driver certify" certified it.
+	AutoCertify bool `yaml:"auto_certify" env:"AGENTHOST_AUTO_CERTIFY"`
 	// LogFormat is "text" or "json".
 	LogFormat string `yaml:"log_format" env:"AGENTHOST_LOG_FORMAT"`
 }
@@ -88,8 +92,8 @@ func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
-		DriverStopTimeout: 15 * time.Second,
-		LogFormat:         "text", OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		DriverStopTimeout: 15 * time.Second, AutoCertify: true,
+		LogFormat: "text", OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
 	}
 }
 
@@ -168,6 +172,12 @@ func applyEnv(v reflect.Value, env func(string) (string, bool)) error {
 			fv.SetInt(int64(d))
 		case f.Type.Kind() == reflect.String:
 			fv.SetString(s)
+		case f.Type.Kind() == reflect.Bool:
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not true or false", name, s)
+			}
+			fv.SetBool(b)
 		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil {

@@ -365,7 +365,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 			}
 		}
 	}
-	gate, err := trust.Open(cfg.Data, trust.Options{Builtins: builtins.Registry{}, Logger: log})
+	gate, err := trust.Open(cfg.Data, trust.Options{Builtins: builtins.Registry{}, Logger: log, NoAutoCertify: !cfg.AutoCertify})
 	if err != nil {
 		return nil, err
 	}
@@ -374,6 +374,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		var refused *trust.RefusedError
 		if errors.As(err, &refused) {
 			return nil, fmt.Errorf("store %s refused: it fails the conformance suite on %s", cfg.Store, strings.Join(refused.Rules, ", "))
+		}
+		if errors.Is(err, trust.ErrNotCertified) {
+			return nil, fmt.Errorf("store %s: %w; auto_certify is off: certify it first with \"agenthost driver certify --data %s %s\"", cfg.Store, err, cfg.Data, cfg.Store)
 		}
 		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
 	}
