@@ -55,7 +55,7 @@ guests-c:
 test: test-unit test-race
 
 test-unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
 test-race:
 	$(GO) test -count=1 -race $(RACE_PKGS)
