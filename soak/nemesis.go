@@ -175,8 +175,8 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 	// mount they used.
 	defer func() {
 		if mnt != "" {
-			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-				sum.Problems = append(sum.Problems, fmt.Sprintf("umount %s: %v %s", mnt, err, out))
+			if err := unmount(mnt); err != nil {
+				sum.Problems = append(sum.Problems, err.Error())
 			}
 		}
 	}()
@@ -494,4 +494,20 @@ func countLines(path, word string) int {
 		}
 	}
 	return n
+}
+
+// unmount unmounts mnt, waiting up to 30s for the killed processes that
+// used it to let go of it.
+func unmount(mnt string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("umount", mnt).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
