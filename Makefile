@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/... ./cmd/...
 
-.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak
+.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak soak-nemeses
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
@@ -55,7 +55,7 @@ guests-c:
 test: test-unit test-race
 
 test-unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
 test-race:
 	$(GO) test -count=1 -race $(RACE_PKGS)
@@ -88,6 +88,12 @@ PROFILE ?= full
 SEED    ?=
 soak:
 	$(GO) run ./cmd/agenthost-loadgen soak -profile $(PROFILE) $(if $(SEED),-seed $(SEED))
+
+# The nemeses (docs/soak.md): `make soak PROFILE=pause|postgres|diskfull`
+# runs one (-short variants too), `make soak-nemeses` the three full ones.
+NEMESES ?= pause postgres diskfull
+soak-nemeses:
+	for p in $(NEMESES); do $(GO) run ./cmd/agenthost-loadgen soak -profile $$p $(if $(SEED),-seed $(SEED)) || exit 1; done
 
 # The short soak alone, as `make test` runs it.
 test-soak:

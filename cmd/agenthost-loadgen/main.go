@@ -99,16 +99,19 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	profile := fs.String("profile", "short", "profile: short or full")
+	profile := fs.String("profile", "short", "profile: short, full, or a nemesis (pause, postgres, diskfull, each also -short)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
 	dir := fs.String("dir", "", "folder for the data and the server's log (default: a temporary one, removed when the soak passes)")
 	bin := fs.String("bin", "", "agenthost binary (default: build one)")
 	if fs.Parse(args) != nil {
 		return 2
 	}
+	if np, ok := soak.NemesisProfiles[*profile]; ok {
+		return runNemesis(ctx, np, *seed, *dir, *bin, stdout, stderr)
+	}
 	p, ok := soak.Profiles[*profile]
 	if !ok {
-		fmt.Fprintf(stderr, "agenthost-loadgen: no profile %q (short, full)\n", *profile)
+		fmt.Fprintf(stderr, "agenthost-loadgen: no profile %q (short, full, or a nemesis: %s)\n", *profile, strings.Join(nemesisNames(), ", "))
 		return 2
 	}
 	fmt.Fprintf(stdout, "seed %d\n", *seed)

@@ -66,6 +66,14 @@ type Config struct {
 	MaxAttempts       int           `yaml:"max_attempts" env:"AGENTHOST_MAX_ATTEMPTS"`
 	MaxBodyBytes      int64         `yaml:"max_body_bytes" env:"AGENTHOST_MAX_BODY_BYTES"`
 	ShutdownTimeout   time.Duration `yaml:"shutdown_timeout" env:"AGENTHOST_SHUTDOWN_TIMEOUT"`
+	// DriverStopTimeout bounds the store driver's close at shutdown (and
+	// any other wait on the driver past shutdown_timeout): a driver that
+	// has not stopped by then is killed.
+	DriverStopTimeout time.Duration `yaml:"driver_stop_timeout" env:"AGENTHOST_DRIVER_STOP_TIMEOUT"`
+	// AutoCertify lets the host certify a driver binary it has no
+	// certificate for (run the suite) and launch it. False: such a binary
+	// is refused until "agenthost driver certify" certified it.
+	AutoCertify bool `yaml:"auto_certify" env:"AGENTHOST_AUTO_CERTIFY"`
 	// LogFormat is "text" or "json".
 	LogFormat string `yaml:"log_format" env:"AGENTHOST_LOG_FORMAT"`
 }
@@ -84,6 +92,7 @@ func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
+		DriverStopTimeout: 15 * time.Second, AutoCertify: true,
 		LogFormat: "text", OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
 	}
 }
@@ -163,6 +172,12 @@ func applyEnv(v reflect.Value, env func(string) (string, bool)) error {
 			fv.SetInt(int64(d))
 		case f.Type.Kind() == reflect.String:
 			fv.SetString(s)
+		case f.Type.Kind() == reflect.Bool:
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not true or false", name, s)
+			}
+			fv.SetBool(b)
 		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil {
@@ -190,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
+	}
+	if c.ShutdownTimeout <= 0 || c.DriverStopTimeout <= 0 {
+		errs = append(errs, errors.New("shutdown_timeout and driver_stop_timeout must be positive"))
 	}
 	if c.LeaseTTL < 0 || c.PollInterval < 0 {
 		errs = append(errs, errors.New("lease_ttl and poll_interval must not be negative"))

@@ -20,6 +20,7 @@ func init() {
 	register("driver certify", "certify a store driver: run the suite and record it in the host's trust file", runDriverCertify)
 	register("driver list", "list the certified store drivers", runDriverList)
 	register("driver revoke", "revoke a driver's certificate", runDriverRevoke)
+	register("driver prune", "remove the copies of driver binaries no certificate uses", runDriverPrune)
 }
 
 func runConformance(args []string, stdout, stderr io.Writer) int {
@@ -132,6 +133,43 @@ func runDriverRevoke(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range revoked {
 		fmt.Fprintf(stdout, "revoked %s (%s)\n", c.Key, c.Source)
+	}
+	return exitOK
+}
+
+func runDriverPrune(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("driver prune", "driver prune [--data DIR] [--stale] [--dry-run]", "agenthost driver prune --stale --dry-run", stderr)
+	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
+	stale := fs.Bool("stale", false, "also remove the certificates this host can no longer use (another suite version, or a source path that no longer holds the certified binary); stop servers of other agenthost versions on this data directory first")
+	dryRun := fs.Bool("dry-run", false, "print what would be removed, remove nothing")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	g, err := openGate(*data, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitUsage
+	}
+	p, err := g.Prune(trust.PruneOptions{Stale: *stale, DryRun: *dryRun})
+	verb := "removed"
+	if *dryRun {
+		verb = "would remove"
+	}
+	for _, c := range p.Certificates {
+		fmt.Fprintf(stdout, "%s certificate %s (%s, suite %s)\n", verb, c.Key, c.Source, c.SuiteVersion)
+	}
+	for _, d := range p.Copies {
+		fmt.Fprintf(stdout, "%s copy %s\n", verb, d)
+	}
+	fmt.Fprintf(stdout, "%s %d certificates, %d copies (%.1f MiB)\n", verb, len(p.Certificates), len(p.Copies), float64(p.Bytes)/(1<<20))
+	if err != nil {
+		fmt.Fprintln(stderr, "agenthost:", err)
+		return exitFail
 	}
 	return exitOK
 }

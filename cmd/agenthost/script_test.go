@@ -21,7 +21,22 @@ func TestMain(m *testing.M) {
 	if os.Getenv(builtins.Env) != "" {
 		os.Exit(main1())
 	}
-	testscript.Main(m, map[string]func(){"agenthost": func() { os.Exit(main1()) }})
+	// Re-executed as agenthost by the tests that start serve themselves.
+	if os.Getenv(runMainEnv) != "" {
+		os.Exit(main1())
+	}
+	testscript.Main(cleanupM{m}, map[string]func(){"agenthost": func() { os.Exit(main1()) }})
+}
+
+// cleanupM removes the shared data directory once the tests ran.
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	if gateData.dir != "" {
+		os.RemoveAll(gateData.dir)
+	}
+	return code
 }
 
 // TestScripts runs the command line end to end: the txtar scripts in

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -66,14 +67,100 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// The first SIGINT or SIGTERM starts the shutdown; a second one ends
+	// the process at once, killing the driver.
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var kill killSwitch
+	go func() {
+		s, ok := <-sigc
+		if !ok {
+			return
+		}
+		log.Info("signal received: shutting down; a second signal ends the process at once", "signal", s.String())
+		cancel()
+		s = <-sigc
+		log.Error("second signal: ending at once, the store driver killed", "signal", s.String(), "exit_status", signalStatus(s))
+		kill.fire()
+		os.Exit(signalStatus(s))
+	}()
 	noConfig := *configPath == "" && fs.NFlag() == 0 && !anyConfigEnv()
-	if err := serve(ctx, cfg, noConfig, log); err != nil {
-		log.Error("agenthost stopped", "err", err)
-		return exitUsage
+	err = serve(ctx, cfg, noConfig, log, &kill)
+	code := serveStatus(err)
+	if err != nil {
+		log.Error("agenthost stopped", "err", err, "exit_status", code)
 	}
-	return exitOK
+	return code
+}
+
+// Exit statuses of serve besides exitOK (docs/config.md, "Exit status of
+// serve").
+const (
+	// exitServeFailed: the HTTP server failed while serving.
+	exitServeFailed = 1
+	// exitUnsettled: the shutdown ended with runs left active or queued
+	// (shutdown_timeout passed, or the store could not say): the next
+	// start recovers them.
+	exitUnsettled = 3
+	// exitKilled: a wait of the shutdown passed its bound (the runtime or
+	// the store driver did not stop): the driver was killed.
+	exitKilled = 4
+)
+
+// Errors of serve's shutdown, mapped to exit statuses by serveStatus.
+var (
+	errServeFailed = errors.New("the HTTP server failed")
+	errUnsettled   = errors.New("runs left unsettled at shutdown; the next start recovers them")
+	errStuck       = errors.New("the runtime did not stop within its bound")
+)
+
+// serveStatus is the exit status of a serve that returned err.
+func serveStatus(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, driverhost.ErrKilled), errors.Is(err, errStuck):
+		return exitKilled
+	case errors.Is(err, errUnsettled):
+		return exitUnsettled
+	case errors.Is(err, errServeFailed):
+		return exitServeFailed
+	}
+	return exitUsage
+}
+
+// signalStatus is the exit status of a process ended by a second signal s:
+// 128 plus the signal's number, as a shell reports a process killed by it.
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 128 + int(syscall.SIGTERM)
+}
+
+// killSwitch kills the store driver from the signal goroutine, once serve
+// has one.
+type killSwitch struct {
+	mu   sync.Mutex
+	kill func()
+}
+
+func (k *killSwitch) set(f func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.kill = f
+}
+
+func (k *killSwitch) fire() {
+	k.mu.Lock()
+	f := k.kill
+	k.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
@@ -93,9 +180,11 @@ func anyConfigEnv() bool {
 	return false
 }
 
-// serve runs the server until ctx is done, then closes it gracefully.
-// noConfig says that nothing was configured: the embedded default runs.
-func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) error {
+// serve runs the server until ctx is done, then closes it gracefully,
+// every wait bounded (docs/adr/0129). noConfig says that nothing was
+// configured: the embedded default runs. kill is armed with the driver's
+// kill once the driver runs.
+func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kill *killSwitch) (err error) {
 	if !httpapi.IsLoopback(cfg.Listen) && cfg.Token == "" {
 		return fmt.Errorf("listening on %s, which is not loopback, needs a token (token, AGENTHOST_TOKEN or --token)", cfg.Listen)
 	}
@@ -111,7 +200,16 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	defer d.Close(context.Background())
+	pd, _ := d.(*driverhost.Driver)
+	if pd != nil {
+		kill.set(pd.Kill)
+	}
+	defer func() {
+		cerr := closeDriver(d, cfg.DriverStopTimeout, log)
+		if cerr != nil && (err == nil || errors.Is(cerr, driverhost.ErrKilled)) {
+			err = errors.Join(cerr, err)
+		}
+	}()
 	eng, err := wasm.NewEngine(ctx, wasm.EngineConfig{CacheDir: filepath.Join(cfg.Data, "wasm-cache")})
 	if err != nil {
 		return err
@@ -150,7 +248,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 		return err
 	}
 	restarts := func() int64 { return 0 }
-	if pd, ok := d.(*driverhost.Driver); ok {
+	if pd != nil {
 		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
 	}
 	srv := &http.Server{
@@ -160,20 +258,77 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger) err
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "lease", rt.LeaseEpoch(), "recovered_runs", rt.Stats().Recovered)
+	var serveErr error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: no new inputs; runs in flight may finish", "timeout", cfg.ShutdownTimeout)
 	case err := <-errc:
 		log.Error("HTTP server failed", "err", err)
+		serveErr = fmt.Errorf("%w: %v", errServeFailed, err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	rep, cerr := rt.Close(sctx)
-	log.Info("runtime closed", "settled", rep.Settled, "left_active", len(rep.Abandoned), "left_queued", len(rep.Queued))
+	cerr := closeRuntime(rt, pd, cfg, log)
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hcancel()
 	srv.Shutdown(hctx)
-	return cerr
+	return errors.Join(serveErr, cerr)
+}
+
+// closeRuntime closes rt, letting runs finish for cfg.ShutdownTimeout. The
+// runtime may still wait past that on driver calls in flight (a driver that
+// stopped answering): after a further cfg.DriverStopTimeout the driver is
+// killed, which ends those calls, and after another the wait is given up.
+func closeRuntime(rt *host.Runtime, pd *driverhost.Driver, cfg Config, log *slog.Logger) error {
+	type closed struct {
+		rep host.CloseReport
+		err error
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	done := make(chan closed, 1)
+	go func() {
+		rep, err := rt.Close(sctx)
+		done <- closed{rep, err}
+	}()
+	var c closed
+	var stuck error
+	select {
+	case c = <-done:
+	case <-time.After(cfg.ShutdownTimeout + cfg.DriverStopTimeout):
+		log.Error("the runtime has not stopped: killing the store driver", "waited", cfg.ShutdownTimeout+cfg.DriverStopTimeout)
+		stuck = fmt.Errorf("%w (%v); the store driver was killed", errStuck, cfg.ShutdownTimeout+cfg.DriverStopTimeout)
+		if pd != nil {
+			pd.Kill()
+		}
+		select {
+		case c = <-done:
+		case <-time.After(cfg.DriverStopTimeout):
+			log.Error("the runtime did not stop after its driver was killed; leaving it")
+			return stuck
+		}
+	}
+	log.Info("runtime closed", "settled", c.rep.Settled, "left_active", len(c.rep.Abandoned), "left_queued", len(c.rep.Queued))
+	var err error
+	if !c.rep.Settled {
+		err = fmt.Errorf("%w (%d active, %d queued)", errUnsettled, len(c.rep.Abandoned), len(c.rep.Queued))
+	}
+	return errors.Join(stuck, c.err, err)
+}
+
+// closeDriver closes the store driver, killing it when it does not close
+// within timeout.
+func closeDriver(d driver.Driver, timeout time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := d.Close(ctx)
+	switch {
+	case errors.Is(err, driverhost.ErrKilled):
+		log.Error("the store driver did not close in time and was killed; its store recovers at the next start", "timeout", timeout, "err", err)
+	case err != nil:
+		log.Error("closing the store driver", "err", err)
+	default:
+		log.Info("store driver closed")
+	}
+	return err
 }
 
 // openStore launches the configured driver as a subprocess, through the
@@ -211,7 +366,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 			}
 		}
 	}
-	gate, err := trust.Open(cfg.Data, trust.Options{Builtins: builtins.Registry{}, Logger: log})
+	gate, err := trust.Open(cfg.Data, trust.Options{Builtins: builtins.Registry{}, Logger: log, NoAutoCertify: !cfg.AutoCertify})
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +375,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		var refused *trust.RefusedError
 		if errors.As(err, &refused) {
 			return nil, fmt.Errorf("store %s refused: it fails the conformance suite on %s", cfg.Store, strings.Join(refused.Rules, ", "))
+		}
+		if errors.Is(err, trust.ErrNotCertified) {
+			return nil, fmt.Errorf("store %s: %w; auto_certify is off: certify it first with \"agenthost driver certify --data %s %s\"", cfg.Store, err, cfg.Data, cfg.Store)
 		}
 		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
 	}

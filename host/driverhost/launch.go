@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -57,10 +58,23 @@ type Driver struct {
 	closed   bool
 	lastFail time.Time
 	starts   int
+
+	// proc is the latest subprocess started, for Kill, which must not wait
+	// for mu (Close holds it while the driver closes).
+	proc   atomic.Pointer[os.Process]
+	killed atomic.Bool
 }
+
+// ErrKilled is the error of a Close that did not finish by its context's
+// deadline: the driver process was killed (SIGKILL) instead of closing.
+var ErrKilled = errors.New("the driver did not close in time and was killed")
+
+// killWait bounds the wait for a killed process to be reaped.
+const killWait = 10 * time.Second
 
 // instance is one running subprocess.
 type instance struct {
+	proc    *os.Process // the subprocess, for Kill
 	pc      *plugin.Client
 	rpc     plugin.ClientProtocol
 	c       *driverrpc.Client
@@ -175,7 +189,9 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 		return fail(fmt.Errorf("opening driver %s: %w", d.cfg.Path, err))
 	}
 	d.starts++
-	return &instance{pc: pc, rpc: rpc, c: c, suspect: make(chan struct{})}, nil
+	in := &instance{proc: cmd.Process, pc: pc, rpc: rpc, c: c, suspect: make(chan struct{})}
+	d.proc.Store(cmd.Process)
+	return in, nil
 }
 
 // Starts reports how many times the driver process was started.
@@ -232,6 +248,9 @@ func (d *Driver) get(ctx context.Context) (*instance, error) {
 		d.log.Warn("store driver process is gone; restarting it")
 		d.cur.pc.Kill() // reap it
 		d.cur = nil
+	}
+	if d.killed.Load() {
+		return nil, fmt.Errorf("%w: driver %s was killed", driver.ErrUnavailable, d.cfg.Path)
 	}
 	if time.Since(d.lastFail) < d.cfg.RestartBackoff {
 		return nil, fmt.Errorf("%w: driver %s is down (last restart failed %v ago)", driver.ErrUnavailable, d.cfg.Path, time.Since(d.lastFail).Round(time.Millisecond))
@@ -349,13 +368,46 @@ func (d *Driver) Close(ctx context.Context) error {
 	if in == nil {
 		return nil
 	}
-	var err error
-	if !in.pc.Exited() {
-		err = in.c.Close(ctx)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		if !in.pc.Exited() {
+			err = in.c.Close(ctx)
+		}
+		in.pc.Kill()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			if ctx.Err() != nil {
+				// The close call gave up at the deadline; Kill ended
+				// the process.
+				return fmt.Errorf("closing driver %s: %w (%v)", d.cfg.Path, ErrKilled, err)
+			}
+			return fmt.Errorf("closing driver %s: %w", d.cfg.Path, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// go-plugin's own kill asks the process to stop over its
+		// connection first, which waits for an answer a stuck driver
+		// may never give.
+		_ = in.proc.Kill()
+		select {
+		case <-done:
+		case <-time.After(killWait):
+		}
+		return fmt.Errorf("closing driver %s: %w (%v)", d.cfg.Path, ErrKilled, ctx.Err())
 	}
-	in.pc.Kill()
-	if err != nil {
-		return fmt.Errorf("closing driver %s: %w", d.cfg.Path, err)
+}
+
+// Kill ends the driver process at once with SIGKILL, without closing the
+// driver or waiting for anything: for a host that must end now. The driver
+// is not restarted afterwards: calls fail with driver.ErrUnavailable. Call
+// Close afterwards to release the rest.
+func (d *Driver) Kill() {
+	d.killed.Store(true)
+	if p := d.proc.Load(); p != nil {
+		_ = p.Kill()
 	}
-	return nil
 }

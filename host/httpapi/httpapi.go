@@ -28,7 +28,7 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies. Default 1 MiB.
 	MaxBodyBytes int64
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
-	// route but /healthz.
+	// route but /healthz and /readyz.
 	Token string
 	// MaxWait bounds the wait parameter of the result route. Default 5m.
 	MaxWait time.Duration
@@ -42,6 +42,8 @@ type Options struct {
 	// CommitLatency, when set, is reported by /metrics; the runtime observes
 	// into it (host.Config.ObserveCommit).
 	CommitLatency *CommitLatency
+	// ReadyTimeout bounds the store check of /readyz. Default 2s.
+	ReadyTimeout time.Duration
 }
 
 // Handler serves one runtime.
@@ -67,6 +69,7 @@ var routes = []struct {
 	{"POST /v1/runs/{run_id}/cancel", (*Handler).cancel},
 	{"GET /healthz", (*Handler).healthz},
 	{"GET /metrics", (*Handler).metrics},
+	{"GET /readyz", (*Handler).readyz},
 }
 
 // Routes lists every route the handler serves, as "METHOD PATH" patterns.
@@ -89,6 +92,9 @@ func New(rt *host.Runtime, opt Options) *Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if opt.ReadyTimeout <= 0 {
+		opt.ReadyTimeout = defaultReadyTimeout
+	}
 	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger}
 	for _, rt := range routes {
 		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.serve(h, w, r) })
@@ -101,7 +107,7 @@ func New(rt *host.Runtime, opt Options) *Handler {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.opt.Token != "" && r.URL.Path != "/healthz" {
+	if h.opt.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opt.Token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agenthost"`)

@@ -10,10 +10,12 @@
 //
 // Certificates live in DIR/drivers/trust.json, one per (binary SHA-256,
 // suite version): a binary that changes, or a new suite version, must pass
-// again. Certifying copies the binary into DIR/drivers/sha256/HEX/driver, a
-// read-only, content-addressed directory the host owns; the host launches
-// that copy with go-plugin's SecureConfig set to the certified checksum, so
-// a copy that is modified afterwards is refused. Built-in drivers, served by
+// again (Options.NoAutoCertify: is refused until certified explicitly).
+// Certifying copies the binary, read-only, into DIR/drivers/sha256/HEX/driver,
+// a content-addressed directory the host owns; the host launches that copy
+// with go-plugin's SecureConfig set to the certified checksum, so a copy
+// that is modified afterwards is refused. Prune removes the copies no
+// certificate names. Built-in drivers, served by
 // re-executing the host binary, are certified the same way, keyed by the
 // host binary's checksum and the driver's name.
 //

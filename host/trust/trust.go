@@ -140,7 +140,23 @@ func Open(dataDir string, opts Options) (*Gate, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("trust: %w", err)
 	}
-	return &Gate{dir: dir, opts: opts}, nil
+	g := &Gate{dir: dir, opts: opts}
+	g.ownerWritableDirs()
+	return g, nil
+}
+
+// ownerWritableDirs gives the copies' directories back their owner's write
+// permission: earlier versions made them read-only (0500), which stopped
+// an ordinary rm -rf of the data directory by its owner. The copies
+// themselves stay read-only; the checksum pinned at every launch is what
+// refuses a modified one.
+func (g *Gate) ownerWritableDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(g.dir, "sha256", "*"))
+	for _, d := range dirs {
+		if st, err := os.Lstat(d); err == nil && st.IsDir() && st.Mode().Perm()&0o200 == 0 {
+			_ = os.Chmod(d, 0o700)
+		}
+	}
 }
 
 // Dir is the directory the gate keeps its trust file and binaries in.
@@ -222,7 +238,125 @@ func (g *Gate) Revoke(key string) ([]Certificate, error) {
 	if len(gone) == 0 {
 		return nil, fmt.Errorf("%w: %q", ErrNoCertificate, key)
 	}
-	return gone, g.save(kept)
+	if err := g.save(kept); err != nil {
+		return nil, err
+	}
+	// A copy no certificate names any more is never launched again.
+	for _, c := range gone {
+		if !slices.ContainsFunc(kept, func(k Certificate) bool { return k.SHA256 == c.SHA256 }) {
+			g.removeCopy(c.SHA256)
+		}
+	}
+	return gone, nil
+}
+
+// PruneOptions say what Prune removes besides the copies no certificate
+// names.
+type PruneOptions struct {
+	// Stale also removes the certificates this host can no longer use: of
+	// another suite version, or whose source path no longer holds the
+	// certified binary (a driver or agenthost binary replaced since), and
+	// their copies. A server of another agenthost version still running
+	// on the same data directory may need its certificate to relaunch its
+	// driver: stop it first.
+	Stale bool
+	// DryRun reports what would be removed and removes nothing.
+	DryRun bool
+}
+
+// Pruned is what Prune removed (or would remove).
+type Pruned struct {
+	// Certificates are the stale certificates removed.
+	Certificates []Certificate
+	// Copies are the directories of binary copies removed.
+	Copies []string
+	// Bytes is the size of the copies.
+	Bytes int64
+}
+
+// Prune removes the gate's copies of driver binaries that no certificate
+// names (left by an older version's revoke or an interrupted
+// certification) and the leftovers of certifications (scratch data,
+// incomplete copies); with opts.Stale also the certificates this host can
+// no longer use. A concurrent certification in another process may lose
+// its scratch data: prune when no server is certifying.
+func (g *Gate) Prune(opts PruneOptions) (Pruned, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	certs, err := g.load()
+	if err != nil {
+		return Pruned{}, err
+	}
+	var out Pruned
+	kept := certs
+	if opts.Stale {
+		kept = nil
+		for _, c := range certs {
+			if c.SuiteVersion != conformance.Version || !sourceHolds(c) {
+				out.Certificates = append(out.Certificates, c)
+			} else {
+				kept = append(kept, c)
+			}
+		}
+	}
+	used := map[string]bool{}
+	for _, c := range kept {
+		used[c.SHA256] = true
+	}
+	dirs, _ := filepath.Glob(filepath.Join(g.dir, "sha256", "*"))
+	for _, d := range dirs {
+		if used[filepath.Base(d)] {
+			continue
+		}
+		out.Copies = append(out.Copies, d)
+		out.Bytes += dirSize(d)
+	}
+	if opts.DryRun {
+		return out, nil
+	}
+	if len(out.Certificates) > 0 {
+		if err := g.save(kept); err != nil {
+			return Pruned{}, err
+		}
+	}
+	var errs []error
+	for _, d := range out.Copies {
+		_ = os.Chmod(d, 0o700)
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(g.dir, "scratch")); err != nil {
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// sourceHolds reports whether c's source path still holds the binary c
+// certifies.
+func sourceHolds(c Certificate) bool {
+	sum, err := fileSum(c.Source)
+	return err == nil && sum == c.SHA256
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// removeCopy removes the copy of the binary with checksum sum.
+func (g *Gate) removeCopy(sum string) {
+	dir := filepath.Join(g.dir, "sha256", sum)
+	_ = os.Chmod(dir, 0o700)
+	_ = os.RemoveAll(dir)
 }
 
 // resolved is a source with its binary and checksum.
@@ -343,9 +477,6 @@ func (g *Gate) store(r *resolved) (string, error) {
 	}
 	_ = os.Chmod(dir, 0o700) // a stale copy: replace it
 	_ = os.RemoveAll(dir)
-	if err := os.Chmod(tmpDir, 0o500); err != nil {
-		return "", err
-	}
 	if err := os.Rename(tmpDir, dir); err != nil {
 		return "", err
 	}
@@ -423,9 +554,7 @@ func (g *Gate) dropCopy(r *resolved) {
 	if slices.ContainsFunc(certs, func(c Certificate) bool { return c.SHA256 == r.sum }) {
 		return
 	}
-	dir := filepath.Join(g.dir, "sha256", r.sum)
-	_ = os.Chmod(dir, 0o700)
-	_ = os.RemoveAll(dir)
+	g.removeCopy(r.sum)
 }
 
 // Lookup returns the current certificate of src: one for its binary's
@@ -461,7 +590,11 @@ func (g *Gate) Launch(ctx context.Context, src Source, cfg driverhost.Config) (*
 	}
 	if !ok {
 		if g.opts.NoAutoCertify {
-			return nil, Certificate{}, fmt.Errorf("%w: %s (run agenthost driver certify)", ErrNotCertified, src)
+			r, err := g.resolve(src, nil)
+			if err != nil {
+				return nil, Certificate{}, err
+			}
+			return nil, Certificate{}, fmt.Errorf("%w: %s (sha256 %s) has no certificate and the gate certifies none on its own", ErrNotCertified, src, r.sum)
 		}
 		if cert, _, err = g.certify(ctx, src, cfg.DriverConfig, false); err != nil {
 			return nil, Certificate{}, err

@@ -88,6 +88,9 @@ type Cluster struct {
 	reapIn  io.WriteCloser
 	stopped atomic.Bool
 	stopMu  sync.Mutex
+	// startOpts are the server options pg_ctl started it with (Halt and
+	// Resume).
+	startOpts string
 }
 
 // Start starts a cluster in a new temporary directory under dir (the system
@@ -201,7 +204,7 @@ func StartWith(dir string, opts Options) (*Cluster, error) {
 		}, " ")
 		out, err := c.run("pg_ctl", "-D", c.data(), "-l", c.logFile(), "-w", "-t", "60", "-o", o, "start")
 		if err == nil {
-			c.port = port
+			c.port, c.startOpts = port, o
 			ok = true
 			return c, nil
 		}

@@ -2,6 +2,7 @@ package storedriver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime"
@@ -75,7 +76,11 @@ const closeTimeout = 10 * time.Second
 //
 // The process does not outlive its host: it ends, closing its driver, when
 // its parent dies (the parent-death signal on Linux, and a watch on the
-// parent process everywhere) or on SIGTERM.
+// parent process everywhere). It does not end on a signal while its host
+// lives: SIGTERM and SIGINT sent to the whole process group (timeout(1),
+// kill -- -PGID, a terminal's ^C, systemd's default stop) reach the driver
+// too, and the host, draining, still needs its store; the host ends the
+// driver when it is done with it (see docs/adr/0129).
 func Serve(f Factory, opts ...ServeOption) {
 	var o serveOptions
 	for _, opt := range opts {
@@ -91,7 +96,16 @@ func Serve(f Factory, opts ...ServeOption) {
 		logger.Info("ending the driver process", "reason", why)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
-		err := srv.CloseDriver(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- srv.CloseDriver(ctx) }()
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(closeTimeout + time.Second):
+			// A driver whose close ignores its context (a store retrying
+			// a write forever) must not keep an orphan process alive.
+			err = errors.New("the driver did not close within " + closeTimeout.String())
+		}
 		stopProfile()
 		if err != nil {
 			logger.Error("closing the driver", "error", err)
@@ -99,11 +113,18 @@ func Serve(f Factory, opts ...ServeOption) {
 		}
 		os.Exit(0)
 	}
+	ppid := os.Getppid()
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
-		<-sigs
-		stop("SIGTERM")
+		for s := range sigs {
+			// The parent-death signal is SIGTERM too: after the host
+			// died, the process has another parent.
+			if os.Getppid() != ppid {
+				stop("the host process ended")
+			}
+			logger.Info("ignoring the signal: the host ends its driver when it no longer needs it", "signal", s.String())
+		}
 	}()
 	watchParent(func() { stop("the host process ended") })
 

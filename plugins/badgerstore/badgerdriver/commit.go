@@ -132,6 +132,11 @@ func (d *Driver) prepare(ctx context.Context, b driver.Batch) (*commitReq, error
 	if enc.size > d.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
 	}
+	if d.space != nil {
+		if err := d.space.check(enc.size, d.log.Warn); err != nil {
+			return nil, err
+		}
+	}
 	return &commitReq{ctx: ctx, b: b, enc: enc, done: make(chan error, 1)}, nil
 }
 

@@ -40,7 +40,8 @@ type Driver struct {
 	mu     sync.RWMutex
 	closed bool
 
-	lock *os.File // the data directory's process lock; nil in memory
+	lock  *os.File    // the data directory's process lock; nil in memory
+	space *spaceGuard // refuses commits on a full disk; nil in memory
 
 	reqs      chan []*commitReq // to the committer, a caller's batches together
 	committed chan struct{}     // closed when the committer has ended
@@ -94,6 +95,9 @@ func Open(cfg Config) (*Driver, error) {
 		committed: make(chan struct{}),
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
+	}
+	if !cfg.InMemory {
+		d.space = newSpaceGuard(cfg.Dir)
 	}
 	go d.committer()
 	go d.gcLoop()

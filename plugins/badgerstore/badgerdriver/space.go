@@ -1,0 +1,97 @@
+package badgerdriver
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+)
+
+// A full disk must be refused, not written into. badger appends each commit
+// to its memtable's write-ahead log through a memory map of a sparse file
+// (twice the memtable's size): on a filesystem with no room left for the
+// next page, the write faults (SIGBUS) and the process dies, again at every
+// relaunch while the disk stays full. So before a commit is queued, the
+// driver checks that the filesystem still has room for the unwritten part
+// of the logs and for one more flush of a memtable to a table file; a
+// commit that does not fit is refused with driver.ErrUnavailable (the host
+// answers 503 and retries; nothing acknowledged is at risk), and accepted
+// again once space is freed.
+
+// memTableSize is badger's memtable size (its default, which Open keeps).
+const memTableSize = 64 << 20
+
+// spaceSlack is room beyond the logs and one flush: the manifest, the
+// directory's lock, a few pages of metadata.
+const spaceSlack = 8 << 20
+
+// plentyOfSpace is the free space above which the logs are not measured.
+const plentyOfSpace = 4 << 30
+
+// spaceGuard checks the free space of the data directory's filesystem.
+type spaceGuard struct {
+	dir string
+
+	mu        sync.Mutex
+	lastWarn  time.Time
+	statfs    func(string, *syscall.Statfs_t) error
+	unwritten func(dir string) int64
+}
+
+func newSpaceGuard(dir string) *spaceGuard {
+	return &spaceGuard{dir: dir, statfs: syscall.Statfs, unwritten: unwrittenLogBytes}
+}
+
+// check returns an error wrapping driver.ErrUnavailable when a commit of
+// size bytes may not fit, and logs it at most every 10s through warn.
+func (g *spaceGuard) check(size int, warn func(msg string, args ...any)) error {
+	var st syscall.Statfs_t
+	if err := g.statfs(g.dir, &st); err != nil {
+		return nil // cannot tell: let the write say
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	if free >= plentyOfSpace {
+		return nil
+	}
+	need := g.unwritten(g.dir) + memTableSize + spaceSlack + int64(size)
+	if free >= need {
+		return nil
+	}
+	err := fmt.Errorf("%w: badgerstore: the disk holding %s is full: no space left on device for a safe write (%d MiB free, %d MiB needed); free space and retry",
+		driver.ErrUnavailable, g.dir, free>>20, need>>20)
+	g.mu.Lock()
+	if time.Since(g.lastWarn) >= 10*time.Second {
+		g.lastWarn = time.Now()
+		g.mu.Unlock()
+		warn("refusing commits: the disk is full", "dir", g.dir, "free_mib", free>>20, "needed_mib", need>>20, "error", "no space left on device")
+	} else {
+		g.mu.Unlock()
+	}
+	return err
+}
+
+// unwrittenLogBytes sums, over badger's memtable logs (*.mem) in dir, the
+// bytes the filesystem has not allocated yet: what writing them to the end
+// will take.
+func unwrittenLogBytes(dir string) int64 {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
+	var n int64
+	for _, f := range files {
+		info, err := os.Stat(f)
+		if err != nil {
+			continue
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		if gap := info.Size() - st.Blocks*512; gap > 0 {
+			n += gap
+		}
+	}
+	return n
+}

@@ -1,0 +1,60 @@
+package badgerdriver
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agenthost/agenthost/abi/driver"
+)
+
+// TestSpaceGuard: a commit is refused, with driver.ErrUnavailable and a
+// clear message, when the filesystem cannot hold the unwritten part of the
+// memtable logs and one more flush; accepted again once there is room.
+func TestSpaceGuard(t *testing.T) {
+	var free, unwritten int64
+	measured := 0
+	g := &spaceGuard{dir: "/data",
+		statfs: func(_ string, st *syscall.Statfs_t) error {
+			st.Bsize, st.Bavail = 4096, uint64(free/4096)
+			return nil
+		},
+		unwritten: func(string) int64 { measured++; return unwritten },
+	}
+	var warned []string
+	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
+
+	free, unwritten = 100<<20, 50<<20 // needs 50 + 64 + 8 MiB + the batch
+	err := g.check(1000, warn)
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "100 MiB free") {
+		t.Fatalf("full disk: %v", err)
+	}
+	if err := g.check(1000, warn); err == nil || len(warned) != 1 {
+		t.Fatalf("second refusal: %v, %d warnings (want one per 10s)", err, len(warned))
+	}
+	free = 200 << 20
+	if err := g.check(1000, warn); err != nil {
+		t.Fatalf("room again: %v", err)
+	}
+	measured = 0
+	free = 8 << 30
+	if err := g.check(1000, warn); err != nil || measured != 0 {
+		t.Fatalf("plenty of room: %v, logs measured %d times", err, measured)
+	}
+}
+
+// TestUnwrittenLogBytes: a sparse memtable log counts what is not yet
+// allocated.
+func TestUnwrittenLogBytes(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(t.Context())
+	n := unwrittenLogBytes(dir)
+	if n <= memTableSize || n > 2*memTableSize {
+		t.Fatalf("unwritten log bytes of a fresh store: %d, want in (%d, %d]", n, memTableSize, 2*memTableSize)
+	}
+}
