@@ -29,6 +29,10 @@ import (
 // configuration names none.
 const DefaultOpenAIBaseURL = "https://api.openai.com/v1"
 
+// DefaultOpenAITimeout bounds each request of a model call when
+// OpenAIConfig.Timeout is zero.
+const DefaultOpenAITimeout = 120 * time.Second
+
 // OpenAIConfig configures a model served by an OpenAI-compatible chat
 // completions endpoint: OpenAI itself, or a local server such as Ollama
 // (http://localhost:11434/v1), vLLM (http://localhost:8000/v1) or the
@@ -58,8 +62,10 @@ type OpenAIConfig struct {
 	// honoured up to 2 minutes.
 	MaxRetryDelay time.Duration
 	// Timeout bounds each attempt, including reading a streamed answer; an
-	// attempt that times out is retried like a failed connection. Zero
-	// means no limit beyond the context's.
+	// attempt that times out is retried like a failed connection, and the
+	// step fails once the retries are used up. Zero means
+	// DefaultOpenAITimeout; a negative value sets no limit beyond the
+	// context's.
 	Timeout time.Duration
 	// HTTPClient makes the requests. Nil means http.DefaultClient. With a
 	// Timeout, a copy of it is used with its Timeout set.
@@ -101,8 +107,14 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("openai model: base URL %q has a query or fragment", base)
 	}
-	if cfg.Timeout < 0 || cfg.MaxRetryDelay < 0 {
-		return nil, errors.New("openai model: negative timeout or retry delay")
+	if cfg.MaxRetryDelay < 0 {
+		return nil, errors.New("openai model: negative retry delay")
+	}
+	switch {
+	case cfg.Timeout == 0:
+		cfg.Timeout = DefaultOpenAITimeout
+	case cfg.Timeout < 0:
+		cfg.Timeout = 0
 	}
 	retries := cfg.MaxRetries
 	switch {
@@ -566,61 +578,46 @@ func setToolChoice(p *openai.ChatCompletionNewParams, req Request) error {
 	return nil
 }
 
-// OpenAIParams are the model parameters an OpenAI model accepts in
-// Request.Params.
-var OpenAIParams = []string{
-	"frequency_penalty", "max_completion_tokens", "max_tokens", "presence_penalty", "seed", "temperature", "top_p",
-}
-
-// setParams converts the text parameters to their types.
-func setParams(p *openai.ChatCompletionNewParams, params map[string]string) error {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
+// setParams sets the step's model parameters on the request: the model
+// name replaces the configured one, max_tokens is sent as max_tokens (which
+// OpenAI-compatible servers all read), stop as a list. A value the endpoint
+// could not take is an error, never dropped.
+func setParams(p *openai.ChatCompletionNewParams, params Params) error {
+	if name := strings.TrimSpace(params.Model); name != "" {
+		p.Model = shared.ChatModel(name)
+	} else if params.Model != "" {
+		return errors.New("model parameter model: blank model name")
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v := strings.TrimSpace(params[k])
-		var err error
-		switch k {
-		case "temperature":
-			err = setFloat(&p.Temperature, v)
-		case "top_p":
-			err = setFloat(&p.TopP, v)
-		case "frequency_penalty":
-			err = setFloat(&p.FrequencyPenalty, v)
-		case "presence_penalty":
-			err = setFloat(&p.PresencePenalty, v)
-		case "max_tokens":
-			err = setInt(&p.MaxTokens, v)
-		case "max_completion_tokens":
-			err = setInt(&p.MaxCompletionTokens, v)
-		case "seed":
-			err = setInt(&p.Seed, v)
-		default:
-			return fmt.Errorf("unknown model parameter %q (known: %s)", k, strings.Join(OpenAIParams, ", "))
+	if err := setFloat(&p.Temperature, "temperature", params.Temperature); err != nil {
+		return err
+	}
+	if err := setFloat(&p.TopP, "top_p", params.TopP); err != nil {
+		return err
+	}
+	switch {
+	case params.MaxTokens < 0:
+		return fmt.Errorf("model parameter max_tokens: %d is negative", params.MaxTokens)
+	case params.MaxTokens > 0:
+		p.MaxTokens = openai.Int(int64(params.MaxTokens))
+	}
+	for i, s := range params.Stop {
+		if s == "" {
+			return fmt.Errorf("model parameter stop: sequence %d is empty", i)
 		}
-		if err != nil {
-			return fmt.Errorf("model parameter %s: %w", k, err)
-		}
+	}
+	if len(params.Stop) > 0 {
+		p.Stop = openai.ChatCompletionNewParamsStopUnion{OfStringArray: slices.Clone(params.Stop)}
 	}
 	return nil
 }
 
-func setFloat(dst *param.Opt[float64], v string) error {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return fmt.Errorf("%q is not a number", v)
+func setFloat(dst *param.Opt[float64], name string, v *float64) error {
+	if v == nil {
+		return nil
 	}
-	*dst = openai.Float(f)
-	return nil
-}
-
-func setInt(dst *param.Opt[int64], v string) error {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%q is not an integer", v)
+	if math.IsNaN(*v) || math.IsInf(*v, 0) {
+		return fmt.Errorf("model parameter %s: %v is not a number", name, *v)
 	}
-	*dst = openai.Int(n)
+	*dst = openai.Float(*v)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -152,9 +153,8 @@ func TestOpenAIPlainCompletion(t *testing.T) {
 		System:     "Be brief.",
 		Messages:   []record.Message{{ID: "m1", Role: record.RoleUser, Content: "Capital of France?"}},
 		ToolChoice: "auto",
-		Params: map[string]string{
-			"temperature": "0.2", "top_p": "0.9", "max_tokens": "100", "max_completion_tokens": "120", "seed": "7",
-			"frequency_penalty": "0.5", "presence_penalty": "-0.5",
+		Params: Params{
+			Model: "other-model", Temperature: ptr(0.2), TopP: ptr(0.9), MaxTokens: 100, Stop: []string{"\n\n", "END"},
 		},
 	}, nil)
 	if err != nil {
@@ -172,13 +172,12 @@ func TestOpenAIPlainCompletion(t *testing.T) {
 		t.Errorf("Authorization %q", got)
 	}
 	want := asJSON(t, `{
-		"model": "test-model",
+		"model": "other-model",
 		"messages": [
 			{"role": "system", "content": "Be brief."},
 			{"role": "user", "content": "Capital of France?"}
 		],
-		"temperature": 0.2, "top_p": 0.9, "max_tokens": 100, "max_completion_tokens": 120, "seed": 7,
-		"frequency_penalty": 0.5, "presence_penalty": -0.5
+		"temperature": 0.2, "top_p": 0.9, "max_tokens": 100, "stop": ["\n\n", "END"]
 	}`)
 	// No tools: tool_choice is left out (the API rejects it without tools),
 	// and nothing asks for a stream.
@@ -623,7 +622,7 @@ func TestOpenAIConfigErrors(t *testing.T) {
 		{"relative", OpenAIConfig{Model: "m", BaseURL: "/v1"}, "not an absolute http or https URL"},
 		{"other scheme", OpenAIConfig{Model: "m", BaseURL: "ftp://example.com/v1"}, "not an absolute http or https URL"},
 		{"query", OpenAIConfig{Model: "m", BaseURL: "http://example.com/v1?x=1"}, "query"},
-		{"negative timeout", OpenAIConfig{Model: "m", Timeout: -time.Second}, "negative"},
+		{"negative retry delay", OpenAIConfig{Model: "m", MaxRetryDelay: -time.Second}, "negative"},
 	} {
 		if _, err := NewOpenAI(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want it to contain %q", tc.name, err, tc.want)
@@ -643,10 +642,11 @@ func TestOpenAIRequestErrors(t *testing.T) {
 		req  Request
 		want string
 	}{
-		{"unknown param", Request{Params: map[string]string{"temprature": "0.1"}}, `unknown model parameter "temprature"`},
-		{"bad float", Request{Params: map[string]string{"temperature": "warm"}}, `model parameter temperature: "warm" is not a number`},
-		{"non-finite float", Request{Params: map[string]string{"top_p": "NaN"}}, `model parameter top_p: "NaN" is not a number`},
-		{"bad int", Request{Params: map[string]string{"max_tokens": "1.5"}}, `model parameter max_tokens: "1.5" is not an integer`},
+		{"blank model", Request{Params: Params{Model: " "}}, `model parameter model: blank model name`},
+		{"non-finite float", Request{Params: Params{TopP: ptr(math.NaN())}}, `model parameter top_p: NaN is not a number`},
+		{"infinite float", Request{Params: Params{Temperature: ptr(math.Inf(1))}}, `model parameter temperature: +Inf is not a number`},
+		{"negative max tokens", Request{Params: Params{MaxTokens: -1}}, `model parameter max_tokens: -1 is negative`},
+		{"empty stop", Request{Params: Params{Stop: []string{"x", ""}}}, `model parameter stop: sequence 1 is empty`},
 		{"bad schema", Request{Tools: []ToolSpec{{Name: "t", Parameters: `[1]`}}}, `tool "t": parameters are not a JSON schema object`},
 		{"null schema", Request{Tools: []ToolSpec{{Name: "t", Parameters: `null`}}}, `tool "t": parameters are not a JSON schema object`},
 		{"unknown tool choice", Request{Tools: []ToolSpec{{Name: "t"}}, ToolChoice: "u"}, `tool choice "u" names no tool`},
@@ -699,3 +699,5 @@ func TestOpenAIResponseEdgeCases(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
