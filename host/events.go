@@ -1,6 +1,8 @@
 package host
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -14,7 +16,9 @@ const (
 	EventStarted      EventType = "started"       // the run became active (Data: attempt)
 	EventStepStarted  EventType = "step_started"  // a model step began (Data: step)
 	EventInputTaken   EventType = "input_taken"   // the run took an input by injection (Data: input_message_id, from_run_id)
-	EventToolCall     EventType = "tool_call"     // the model called a tool (Data: tool, call_id)
+	EventDelta        EventType = "delta"         // ephemeral: text of the step's answer as the model streams it (Data: step, text)
+	EventToolCall     EventType = "tool_call"     // the model called a tool (Data: tool, call_id, idempotency_key)
+	EventToolResult   EventType = "tool_result"   // a tool call ended (Data: tool, call_id, error: "" or what went wrong)
 	EventStepFinished EventType = "step_finished" // a model step ended (Data: step)
 	EventTerminal     EventType = "terminal"      // the run ended (Data: state, reason, error)
 	EventAbsorbed     EventType = "absorbed"      // the run was absorbed (Data: into_run_id)
@@ -22,7 +26,9 @@ const (
 
 // Event is one thing that happened to a run. Seq orders a run's events from 1.
 // Events are kept in memory by the process that saw them; the run's durable
-// record is the authority on its state.
+// record is the authority on its state. Delta events are ephemeral even
+// there: they are dropped once their step finishes (the step's message
+// holds the text), so a client resuming after that sees none of them.
 type Event struct {
 	Seq      int64
 	RunID    string
@@ -41,7 +47,8 @@ type eventLog struct {
 }
 
 type runEvents struct {
-	events  []Event
+	events  []Event       // in Seq order, with gaps where deltas were dropped
+	seq     int64         // the last Seq given
 	changed chan struct{} // closed and replaced on every new event
 }
 
@@ -62,7 +69,11 @@ func (l *eventLog) emit(now time.Time, runID, threadID string, typ EventType, da
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	re := l.get(runID)
-	re.events = append(re.events, Event{Seq: int64(len(re.events)) + 1, RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
+	if typ == EventStepFinished || typ == EventTerminal {
+		re.events = slices.DeleteFunc(re.events, func(e Event) bool { return e.Type == EventDelta })
+	}
+	re.seq++
+	re.events = append(re.events, Event{Seq: re.seq, RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
 	close(re.changed)
 	re.changed = make(chan struct{})
 	if typ == EventTerminal || typ == EventAbsorbed {
@@ -83,8 +94,9 @@ func (l *eventLog) since(runID string, seq int64) ([]Event, <-chan struct{}) {
 	if seq < 0 {
 		seq = 0
 	}
-	if seq >= int64(len(re.events)) {
+	i := sort.Search(len(re.events), func(i int) bool { return re.events[i].Seq > seq })
+	if i == len(re.events) {
 		return nil, re.changed
 	}
-	return append([]Event(nil), re.events[seq:]...), re.changed
+	return append([]Event(nil), re.events[i:]...), re.changed
 }

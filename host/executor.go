@@ -61,6 +61,21 @@ func (ex *runExec) interrupted() bool {
 	return errors.Is(context.Cause(ex.stepCtx), errInterrupted)
 }
 
+// cancel stops the run if it is runID, after its cancel was committed.
+func (ex *runExec) cancel(runID string) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.stop != nil && ex.run.ID == runID {
+		ex.stop(errCanceled)
+	}
+}
+
+// canceled reports whether the run was canceled: its terminal record is
+// written already, so the execution only stops.
+func (ex *runExec) canceled() bool {
+	return errors.Is(context.Cause(ex.stepCtx), errCanceled)
+}
+
 // execution is the state of one execution of a run.
 type execution struct {
 	rt    *Runtime
@@ -104,6 +119,10 @@ func (rt *Runtime) execute(ex *runExec) {
 		names = append(names, t.Spec().Name)
 	}
 	for step := 0; ; step++ {
+		if ex.canceled() {
+			rt.log.Info("run canceled while executing", "run", e.run.ID)
+			return
+		}
 		if ex.interrupted() {
 			e.commit(runstate.CommitTerminal{Reason: record.ReasonInterrupted, Error: errInterrupted.Error()})
 			return
@@ -129,7 +148,7 @@ func (rt *Runtime) execute(ex *runExec) {
 				req.Tools = append(req.Tools, t.Spec())
 			}
 		}
-		resp, err := rt.cfg.Model.Step(ex.stepCtx, req, nil)
+		resp, err := rt.cfg.Model.Step(ex.stepCtx, req, e.streamer(step))
 		if err != nil {
 			e.stepError(fmt.Errorf("model step %d: %w", step, err))
 			return
@@ -143,17 +162,12 @@ func (rt *Runtime) execute(ex *runExec) {
 		call := record.Message{ID: rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}
 		e.convo = append(e.convo, call)
 		e.steps = append(e.steps, call)
-		for _, c := range resp.ToolCalls {
-			rt.emit(e.run.ID, e.run.ThreadID, EventToolCall, map[string]string{"tool": c.Name, "call_id": c.ID})
-			out := ""
-			if t, ok := tools[c.Name]; !ok {
-				out = fmt.Sprintf("error: no tool named %q", c.Name)
-			} else if res, err := t.Call(ex.stepCtx, c.Arguments); err != nil {
-				out = "error: " + err.Error()
-			} else {
-				out = res
+		for i, c := range resp.ToolCalls {
+			if ex.stepCtx.Err() != nil {
+				break // interrupted, canceled or abandoned: the loop's top says which
 			}
-			m := record.Message{ID: rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID, Content: out}
+			m := record.Message{ID: rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID,
+				Content: e.callTool(tools, model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}, c)}
 			e.convo = append(e.convo, m)
 			e.steps = append(e.steps, m)
 		}
@@ -202,6 +216,8 @@ func (e *execution) stepError(err error) {
 	switch {
 	case e.ex.ctx.Err() != nil:
 		return
+	case e.ex.canceled():
+		return // its cancel wrote the terminal record
 	case e.ex.interrupted():
 		e.commit(runstate.CommitTerminal{Reason: record.ReasonInterrupted, Error: errInterrupted.Error()})
 	default:

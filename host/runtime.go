@@ -32,6 +32,9 @@ type Config struct {
 	Model model.Model
 	// Tools the model may call.
 	Tools []model.Tool
+	// ToolTimeout bounds each tool call of a tool that sets no limit of its
+	// own (model.TimeLimited). Default DefaultToolTimeout.
+	ToolTimeout time.Duration
 	// System is the system prompt of every step (hooks may rewrite it).
 	System string
 	// MaxSteps bounds a run's model steps. Default 16.
@@ -112,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 16
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = DefaultToolTimeout
 	}
 	if cfg.MaxConcurrentRuns <= 0 {
 		cfg.MaxConcurrentRuns = 64
@@ -388,22 +394,6 @@ func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Dec
 		return runstate.Decision{Action: runstate.ActionQueue}, nil
 	}
 	return d, nil
-}
-
-// Cancel ends a queued run at an operator's request.
-func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error) {
-	r, err := rt.st.Cancel(ctx, runID)
-	if err != nil {
-		return record.Run{}, speak(err)
-	}
-	if rt.reg != nil {
-		rt.reg.forget(r.ThreadID, r.ID)
-	}
-	rt.stats.terminal.add(string(r.TerminalReason))
-	rt.emit(r.ID, r.ThreadID, EventTerminal, map[string]string{"state": string(r.State), "reason": string(r.TerminalReason)})
-	rt.settled(r.ID)
-	rt.replySettled(r.ThreadID, r.ID)
-	return r, nil
 }
 
 // Run returns a run's durable record.

@@ -44,6 +44,10 @@ type Options struct {
 	CommitLatency *CommitLatency
 	// ReadyTimeout bounds the store check of /readyz. Default 2s.
 	ReadyTimeout time.Duration
+	// KeepAlive is the longest an event stream stays silent: a comment
+	// line is sent when no event was for this long, so proxies and clients
+	// do not take a quiet run for a dead connection. Default 15s.
+	KeepAlive time.Duration
 }
 
 // Handler serves one runtime.
@@ -88,6 +92,9 @@ func New(rt *host.Runtime, opt Options) *Handler {
 	}
 	if opt.MaxWait <= 0 {
 		opt.MaxWait = 5 * time.Minute
+	}
+	if opt.KeepAlive <= 0 {
+		opt.KeepAlive = 15 * time.Second
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -466,10 +473,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
-	poll := time.NewTicker(time.Second)
+	poll := time.NewTicker(min(time.Second, h.opt.KeepAlive))
 	defer poll.Stop()
+	lastWrite := time.Now()
 	for {
 		evs, more := h.rt.Events(id, after)
+		if len(evs) > 0 {
+			lastWrite = time.Now()
+		}
 		for _, e := range evs {
 			writeEvent(w, e)
 			after = e.Seq
@@ -495,6 +506,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-more:
 		case <-poll.C:
+			if time.Since(lastWrite) >= h.opt.KeepAlive {
+				io.WriteString(w, ": keep-alive\n\n")
+				fl.Flush()
+				lastWrite = time.Now()
+			}
 		case <-r.Context().Done():
 			return
 		}

@@ -193,7 +193,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		fmt.Sscan(arg(d, "max", "3"), &max)
 		m = runstate.Recover{ThreadID: thread, RunID: arg(d, "run", ""), DeadOwner: arg(d, "dead", "h1"), MaxAttempts: max, Now: w.now()}
 	case "cancel":
-		m = runstate.Cancel{ThreadID: thread, RunID: arg(d, "run", ""), Now: w.now()}
+		m = runstate.Cancel{ThreadID: thread, RunID: arg(d, "run", ""), Active: d.HasArg("active"), Now: w.now()}
 	case "state":
 		var b strings.Builder
 		for _, r := range w.threadRuns(thread) {

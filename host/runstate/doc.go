@@ -28,7 +28,7 @@
 //     runs superseded/absorbed, pointing at it, with no assistant message.
 //   - Recover: an active run whose owner is gone is queued again with
 //     attempt+1, or fails once it has used its attempts.
-//   - Cancel: an operator ends a queued run (interrupted/canceled).
+//   - Cancel: an operator ends a queued or active run (interrupted/canceled).
 //
 // Prompt and History project a thread's records into what a model sees.
 //

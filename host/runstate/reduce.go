@@ -525,9 +525,16 @@ func cancel(s Snapshot, m Cancel) (Effects, error) {
 		return Effects{}, fmt.Errorf("%w: run %s is terminal", ErrNotQueued, m.RunID)
 	}
 	run := cloneRun(s.Open[i])
-	if run.State != record.StateQueued {
+	switch {
+	case run.State == record.StateActive && !m.Active:
+		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotQueued, m.RunID, run.State)
+	case run.State != record.StateQueued && run.State != record.StateActive:
 		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotQueued, m.RunID, run.State)
 	}
+	// An active run ends here as a queued one does: the canceler writes its
+	// terminal record (its executor, told through its context, writes
+	// nothing more), with no messages, so its unfinished tool calls never
+	// reach the history. Its owner is kept on the record for operators.
 	t := next(s)
 	run.State = record.StateInterrupted
 	run.TerminalReason = record.ReasonCanceled

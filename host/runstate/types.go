@@ -133,11 +133,16 @@ type Recover struct {
 	Now         time.Time
 }
 
-// Cancel ends a queued run at an operator's request.
+// Cancel ends a queued run, or with Active an active one, at an operator's
+// request: the run ends interrupted with reason canceled and leaves the
+// queue, writing no messages.
 type Cancel struct {
 	ThreadID string
 	RunID    string
-	Now      time.Time
+	// Active allows cancelling the active run; without it an active run is
+	// refused (ErrNotQueued), as a caller that means a queued one expects.
+	Active bool
+	Now    time.Time
 }
 
 func (Admit) mutation()          {}

@@ -289,6 +289,17 @@ func (s *Store) Recover(ctx context.Context, run record.Run, deadOwner, by strin
 
 // Cancel ends a queued run at an operator's request.
 func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
+	return s.cancel(ctx, runID, false)
+}
+
+// CancelActive ends a queued or active run at an operator's request. The
+// canceled run's Owner is set when it was active: the host executing it,
+// which is to stop it.
+func (s *Store) CancelActive(ctx context.Context, runID string) (record.Run, error) {
+	return s.cancel(ctx, runID, true)
+}
+
+func (s *Store) cancel(ctx context.Context, runID string, active bool) (record.Run, error) {
 	run, err := s.GetRun(ctx, runID)
 	if err != nil {
 		return record.Run{}, err
@@ -297,7 +308,7 @@ func (s *Store) Cancel(ctx context.Context, runID string) (record.Run, error) {
 		return record.Run{}, fmt.Errorf("%w: run %s is %s", runstate.ErrNotQueued, runID, run.State)
 	}
 	eff, err := s.reduce(ctx, run.ThreadID, 0, func() runstate.Mutation {
-		return runstate.Cancel{ThreadID: run.ThreadID, RunID: runID, Now: s.opt.Now()}
+		return runstate.Cancel{ThreadID: run.ThreadID, RunID: runID, Active: active, Now: s.opt.Now()}
 	})
 	if err != nil {
 		return record.Run{}, err
