@@ -27,8 +27,8 @@ const (
 // Event is one thing that happened to a run. Seq orders a run's events from 1.
 // Events are kept in memory by the process that saw them; the run's durable
 // record is the authority on its state. Delta events are ephemeral even
-// there: they are dropped once their step finishes (the step's message
-// holds the text), so a client resuming after that sees none of them.
+// there: they are dropped deltaGrace after their run settled (the answer
+// holds the text), so a client resuming later sees none of them.
 type Event struct {
 	Seq      int64
 	RunID    string
@@ -44,7 +44,18 @@ type eventLog struct {
 	runs    map[string]*runEvents
 	settled []string // runs whose terminal event was recorded, oldest first
 	keep    int      // settled runs to keep events of
+	compact []settledRun
 }
+
+// settledRun is a settled run whose deltas are still kept.
+type settledRun struct {
+	runID string
+	at    time.Time
+}
+
+// deltaGrace is how long a settled run's delta events are kept: long
+// enough for a client following the run to read them.
+const deltaGrace = 30 * time.Second
 
 type runEvents struct {
 	events  []Event       // in Seq order, with gaps where deltas were dropped
@@ -68,15 +79,19 @@ func (l *eventLog) get(runID string) *runEvents {
 func (l *eventLog) emit(now time.Time, runID, threadID string, typ EventType, data map[string]string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	re := l.get(runID)
-	if typ == EventStepFinished || typ == EventTerminal {
-		re.events = slices.DeleteFunc(re.events, func(e Event) bool { return e.Type == EventDelta })
+	for len(l.compact) > 0 && now.Sub(l.compact[0].at) >= deltaGrace {
+		if re := l.runs[l.compact[0].runID]; re != nil {
+			re.events = slices.DeleteFunc(re.events, func(e Event) bool { return e.Type == EventDelta })
+		}
+		l.compact = l.compact[1:]
 	}
+	re := l.get(runID)
 	re.seq++
 	re.events = append(re.events, Event{Seq: re.seq, RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
 	close(re.changed)
 	re.changed = make(chan struct{})
 	if typ == EventTerminal || typ == EventAbsorbed {
+		l.compact = append(l.compact, settledRun{runID, now})
 		l.settled = append(l.settled, runID)
 		for len(l.settled) > l.keep {
 			delete(l.runs, l.settled[0])

@@ -11,6 +11,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/internal/builtins"
+	"github.com/agenthost/agenthost/internal/mcptest"
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
@@ -19,6 +20,7 @@ import (
 // subprocess (the host re-executes itself for its built-in drivers), and a
 // host process that the S3 test kills.
 func TestMain(m *testing.M) {
+	mcptest.RunStdioIfAsked() // the stdio MCP server of the agent tests is this binary
 	if served, err := builtins.ServeIfAsked(); served {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
