@@ -231,13 +231,14 @@ func (c *clientFlags) streamEvents(ctx context.Context, runID string, w io.Write
 				typ = line[7:]
 			case strings.HasPrefix(line, "data: "):
 				data = line[6:]
-			case line == "":
+			case line == "" && typ != "": // a blank line after a comment (keep-alive) ends no event
 				var ev struct {
 					Data map[string]string `json:"data"`
 				}
 				json.Unmarshal([]byte(data), &ev)
 				fmt.Fprintf(w, "  %-13s %s\n", typ, formatData(ev.Data))
 				done = typ == "terminal" || typ == "absorbed"
+				typ, data = "", ""
 			}
 		}
 		resp.Body.Close()
@@ -250,7 +251,7 @@ func (c *clientFlags) streamEvents(ctx context.Context, runID string, w io.Write
 
 func formatData(d map[string]string) string {
 	var parts []string
-	for _, k := range []string{"decision", "attempt", "step", "input_message_id", "from_run_id", "tool", "state", "reason", "into_run_id", "error"} {
+	for _, k := range []string{"decision", "attempt", "step", "input_message_id", "from_run_id", "tool", "call_id", "text", "state", "reason", "into_run_id", "error"} {
 		if v := d[k]; v != "" {
 			parts = append(parts, k+"="+v)
 		}

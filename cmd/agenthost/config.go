@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,8 +53,15 @@ type Config struct {
 	Policy string `yaml:"policy" env:"AGENTHOST_POLICY"`
 	// PolicyConfig is passed to the policy guest at load.
 	PolicyConfig string `yaml:"policy_config" env:"AGENTHOST_POLICY_CONFIG"`
-	// PrepareStep lists prepareStep hooks: standard names or .wasm paths.
-	PrepareStep []string `yaml:"prepare_step"`
+	// PrepareStep lists prepareStep hooks, in order: standard names or
+	// .wasm paths, each with its configuration.
+	PrepareStep []HookConfig `yaml:"prepare_step"`
+	// MCPServers are the MCP servers whose tools the model is offered
+	// (env AGENTHOST_MCP_SERVERS: a JSON list of the same objects).
+	MCPServers []MCPServer `yaml:"mcp_servers"`
+	// ToolTimeout bounds each call of a tool with no limit of its own (MCP
+	// servers set theirs).
+	ToolTimeout time.Duration `yaml:"tool_timeout" env:"AGENTHOST_TOOL_TIMEOUT"`
 	// Model is "scripted", "scripted:FILE" or "openai".
 	Model string `yaml:"model" env:"AGENTHOST_MODEL"`
 	// OpenAI configures the openai model.
@@ -84,6 +92,13 @@ type OpenAIConfig struct {
 	Model   string `yaml:"model" env:"AGENTHOST_OPENAI_MODEL"`
 	// APIKey is read from this environment variable, never from the file.
 	APIKeyEnv string `yaml:"api_key_env" env:"AGENTHOST_OPENAI_API_KEY_ENV"`
+	// Timeout bounds each request of a model call (reading a streamed
+	// answer included); MaxRetries is how often a request that failed with
+	// 429, 5xx, a lost connection or the timeout is tried again, waiting
+	// with back-off capped at MaxRetryDelay.
+	Timeout       time.Duration `yaml:"timeout" env:"AGENTHOST_OPENAI_TIMEOUT"`
+	MaxRetries    int           `yaml:"max_retries" env:"AGENTHOST_OPENAI_MAX_RETRIES"`
+	MaxRetryDelay time.Duration `yaml:"max_retry_delay" env:"AGENTHOST_OPENAI_MAX_RETRY_DELAY"`
 }
 
 // defaults is the embedded default: badgerstore in ./agenthost-data, the
@@ -93,7 +108,8 @@ func defaults() Config {
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
 		DriverStopTimeout: 15 * time.Second, AutoCertify: true,
-		LogFormat: "text", OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY"},
+		LogFormat: "text", ToolTimeout: 60 * time.Second,
+		OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second, MaxRetries: 2, MaxRetryDelay: 8 * time.Second},
 	}
 }
 
@@ -114,6 +130,14 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 	}
 	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), env); err != nil {
 		return Config{}, err
+	}
+	if s, ok := env("AGENTHOST_MCP_SERVERS"); ok {
+		cfg.MCPServers = nil
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg.MCPServers); err != nil {
+			return Config{}, fmt.Errorf("AGENTHOST_MCP_SERVERS: want a JSON list of servers: %w", err)
+		}
 	}
 	// Flags win: copy each flag that was set.
 	fs.Visit(func(f *flag.Flag) {
@@ -138,6 +162,16 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.Policy = flagCfg.Policy
 		case "prepare-step":
 			cfg.PrepareStep = flagCfg.PrepareStep
+		case "mcp":
+			cfg.MCPServers = flagCfg.MCPServers
+		case "tool-timeout":
+			cfg.ToolTimeout = flagCfg.ToolTimeout
+		case "openai-base-url":
+			cfg.OpenAI.BaseURL = flagCfg.OpenAI.BaseURL
+		case "openai-model":
+			cfg.OpenAI.Model = flagCfg.OpenAI.Model
+		case "openai-timeout":
+			cfg.OpenAI.Timeout = flagCfg.OpenAI.Timeout
 		case "model":
 			cfg.Model = flagCfg.Model
 		}
@@ -228,6 +262,17 @@ func (c Config) validate() error {
 	}
 	if c.Model == "openai" && c.OpenAI.Model == "" {
 		errs = append(errs, errors.New("model openai needs openai.model"))
+	}
+	if c.OpenAI.Timeout <= 0 || c.OpenAI.MaxRetries < 0 || c.OpenAI.MaxRetryDelay <= 0 {
+		errs = append(errs, errors.New("openai.timeout and openai.max_retry_delay must be positive, openai.max_retries not negative"))
+	}
+	if c.ToolTimeout <= 0 {
+		errs = append(errs, errors.New("tool_timeout must be positive"))
+	}
+	for i, h := range c.PrepareStep {
+		if h.Hook == "" {
+			errs = append(errs, fmt.Errorf("prepare_step %d: no hook", i))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@
 //	agenthost submit --thread T …   submit an input, optionally wait for its answer
 //	agenthost runs list|show        read runs
 //	agenthost thread show T         read a thread's conversation
+//	agenthost cancel RUN            cancel a queued or active run
 //
 // Run "agenthost help" or "agenthost COMMAND --help" for details.
 package main

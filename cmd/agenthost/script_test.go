@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +15,11 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/agenthost/agenthost/internal/builtins"
+	"github.com/agenthost/agenthost/internal/mcptest"
+	"github.com/agenthost/agenthost/internal/openaitest"
 )
+
+var runIDRE = regexp.MustCompile(`run_[0-9a-f]+`)
 
 func TestMain(m *testing.M) {
 	// Re-executed as a built-in store driver: main1 serves it.
@@ -25,7 +30,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) != "" {
 		os.Exit(main1())
 	}
-	testscript.Main(cleanupM{m}, map[string]func(){"agenthost": func() { os.Exit(main1()) }})
+	testscript.Main(cleanupM{m}, map[string]func(){
+		"agenthost":     func() { os.Exit(main1()) },
+		"mcptestserver": func() { os.Exit(mcptest.ServeStdio()) },
+	})
 }
 
 // cleanupM removes the shared data directory once the tests ran.
@@ -59,6 +67,11 @@ func TestScripts(t *testing.T) {
 			env.Setenv("PORT", strconv.Itoa(port))
 			env.Setenv("AGENTHOST_SERVER", fmt.Sprintf("http://127.0.0.1:%d", port))
 			env.Setenv("REPO", root)
+			// A fake OpenAI-compatible endpoint (internal/openaitest) for
+			// the scripts that serve with model openai.
+			fake := openaitest.New()
+			env.Defer(fake.Close)
+			env.Setenv("FAKE_OPENAI", fake.BaseURL())
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -77,6 +90,15 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("GET %s: %s %v", args[0], resp.Status, err)
 				}
 				ts.Stdout().Write(b)
+			},
+			// setrun sets $RUN to the first run id of the last command's
+			// stdout.
+			"setrun": func(ts *testscript.TestScript, neg bool, args []string) {
+				id := runIDRE.FindString(ts.ReadFile("stdout"))
+				if id == "" {
+					ts.Fatalf("no run id in stdout")
+				}
+				ts.Setenv("RUN", id)
 			},
 			// waitserver waits until the server answers /healthz.
 			"waitserver": func(ts *testscript.TestScript, neg bool, args []string) {

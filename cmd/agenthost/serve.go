@@ -44,7 +44,6 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", "serve [--config FILE] [--store NAME|PATH] [--policy NAME|FILE.wasm] [--model scripted[:FILE]|openai] [--data DIR] [--listen ADDR]",
 		"agenthost serve --data ./agenthost-data --listen 127.0.0.1:7070", stderr)
 	var fc Config
-	var prep stringList
 	configPath := fs.String("config", os.Getenv("AGENTHOST_CONFIG"), "YAML configuration file (env AGENTHOST_CONFIG)")
 	fs.StringVar(&fc.Listen, "listen", "", "HTTP listen address (default 127.0.0.1:7070)")
 	fs.StringVar(&fc.Token, "token", "", "bearer token, required when not listening on loopback")
@@ -55,12 +54,17 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&fc.PollInterval, "poll-interval", 0, "with a shared store: how often to look for work no notice announced (default 2s)")
 	fs.StringVar(&fc.HostName, "host-name", "", "with a shared store: the name this host's lease shows (default host/pid)")
 	fs.StringVar(&fc.Policy, "policy", "", "input policy: queue, interrupt, reject, inject, refine, or FILE.wasm (default refine)")
-	fs.Var(&prep, "prepare-step", "prepareStep hook: FILE.wasm (repeatable, in order)")
+	fs.Var(hookFlag{&fc.PrepareStep}, "prepare-step", "prepareStep hook: system-instruction, step-budget or FILE.wasm (repeatable, in order)")
+	fs.Var(hookConfigFlag{&fc.PrepareStep}, "prepare-step-config", "configuration (JSON) of the --prepare-step just before")
+	fs.Var(mcpFlag{&fc.MCPServers}, "mcp", "MCP tool server: NAME=COMMAND [ARG...] (stdio) or NAME=http(s)://URL (repeatable)")
+	fs.DurationVar(&fc.ToolTimeout, "tool-timeout", 0, "time limit of a tool call with none of its own (default 60s)")
+	fs.StringVar(&fc.OpenAI.BaseURL, "openai-base-url", "", "model openai: the API root (default https://api.openai.com/v1)")
+	fs.StringVar(&fc.OpenAI.Model, "openai-model", "", "model openai: the model name")
+	fs.DurationVar(&fc.OpenAI.Timeout, "openai-timeout", 0, "model openai: time limit of each request (default 120s)")
 	fs.StringVar(&fc.Model, "model", "", "model: scripted, scripted:FILE or openai (default scripted)")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
 	}
-	fc.PrepareStep = prep
 	cfg, err := loadConfig(*configPath, os.LookupEnv, fs, &fc)
 	if err != nil {
 		fmt.Fprintln(stderr, "agenthost: bad configuration:", err)
@@ -219,23 +223,34 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	if err != nil {
 		return err
 	}
-	var hooks []model.PrepareStep
-	var hookMods []*wasm.Module
-	for _, p := range cfg.PrepareStep {
-		m, err := eng.LoadFile(ctx, p, wasm.Options{Logger: log})
-		if err != nil {
-			return fmt.Errorf("prepare-step %s: %w", p, err)
-		}
-		hooks = append(hooks, host.StepHook(m))
-		hookMods = append(hookMods, m)
+	hooks, hookMods, err := loadHooks(ctx, eng, cfg.PrepareStep, log)
+	if err != nil {
+		return err
 	}
 	mdl, tools, err := newModel(cfg)
 	if err != nil {
 		return err
 	}
 	var latency httpapi.CommitLatency
+	if len(cfg.MCPServers) > 0 {
+		var names []string
+		for _, t := range tools {
+			names = append(names, t.Spec().Name)
+		}
+		servers, err := startMCP(ctx, cfg.MCPServers, log, names)
+		if err != nil {
+			return err
+		}
+		defer servers.Close()
+		tools = append(tools, servers.Tools()...)
+		names = names[:0]
+		for _, t := range servers.Tools() {
+			names = append(names, t.Spec().Name)
+		}
+		log.Info("mcp tools offered to the model", "tools", strings.Join(names, ","))
+	}
 	rt, err := host.New(ctx, host.Config{
-		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System,
+		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System, ToolTimeout: cfg.ToolTimeout,
 		MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName, ObserveCommit: latency.Observe,
 	})
@@ -451,7 +466,14 @@ func newModel(cfg Config) (model.Model, []model.Tool, error) {
 		m, err := model.NewScripted(s)
 		return m, []model.Tool{lookupTool{}}, err
 	case cfg.Model == "openai":
-		m, err := model.NewOpenAI(model.OpenAIConfig{BaseURL: cfg.OpenAI.BaseURL, Model: cfg.OpenAI.Model, APIKey: os.Getenv(cfg.OpenAI.APIKeyEnv)})
+		retries := cfg.OpenAI.MaxRetries
+		if retries == 0 {
+			retries = -1 // none; model.OpenAIConfig reads 0 as its default
+		}
+		m, err := model.NewOpenAI(model.OpenAIConfig{
+			BaseURL: cfg.OpenAI.BaseURL, Model: cfg.OpenAI.Model, APIKey: os.Getenv(cfg.OpenAI.APIKeyEnv),
+			Timeout: cfg.OpenAI.Timeout, MaxRetries: retries, MaxRetryDelay: cfg.OpenAI.MaxRetryDelay,
+		})
 		return m, nil, err
 	}
 	return nil, nil, errors.New("unknown model " + cfg.Model)
