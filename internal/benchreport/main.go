@@ -104,6 +104,7 @@ func run(out, scale string) error {
 		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: scale, pg: true},
 		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},
 		{pkg: "./guests/examples", bench: "ExampleDecide", benchtime: "100000x"},
+		{pkg: "./host/mcp", bench: "ToolCall", benchtime: "5000x"},
 	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.

@@ -102,12 +102,22 @@ func sections() []section {
 	}
 	examples = append(examples, row{label: "Go example decision p50", key: ex + " BenchmarkExampleDecide/lang=go", unit: "p50-ns",
 		peerLabel: "native Go, the same policy", peerKey: ex + " BenchmarkExampleDecide/lang=native", peerUnit: "p50-ns", target: "≤ 5,000 ns", met: atMost(5000)})
+	const mcpPkg = "./host/mcp"
+	tools := []row{
+		{label: "MCP tool call over stdio (a subprocess), p50 (µs)", key: mcpPkg + " BenchmarkToolCall", unit: "mcp-stdio-p50-µs",
+			peerLabel: "Go tool doing the same work", peerKey: mcpPkg + " BenchmarkToolCall", peerUnit: "go-p50-µs"},
+		{label: "MCP tool call over streamable HTTP (loopback), p50 (µs)", key: mcpPkg + " BenchmarkToolCall", unit: "mcp-http-p50-µs",
+			peerLabel: "Go tool doing the same work", peerKey: mcpPkg + " BenchmarkToolCall", peerUnit: "go-p50-µs"},
+		{label: "MCP tool call over stdio, p99 (µs)", key: mcpPkg + " BenchmarkToolCall", unit: "mcp-stdio-p99-µs",
+			peerLabel: "over streamable HTTP", peerKey: mcpPkg + " BenchmarkToolCall", peerUnit: "mcp-http-p99-µs"},
+	}
 	return []section{
 		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
 		{title: "Example policies in five languages", about: "The example policy of guests/examples, one decision through the wazero host (as above) for each language's committed module (Go: built for the run), beside the same policy as native Go, on one request (busy thread, one queued run, refine hint).", jobs: []int{8}, rows: examples},
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
 		{title: "Several hosts on PostgreSQL, and a peer", about: "agenthost over pgstore (each host a runtime with its own driver subprocess, one database) against DBOS Transact for Go running a durable workflow with one step (bench/dbospeer, a module of its own), on the same PostgreSQL server (fsync on) in the same run. Each client submits with an idempotency key (DBOS: the workflow id) and waits for the answer before the next.", jobs: []int{6, 7}, rows: pg},
+		{title: "Tools", about: "One tool call through the MCP client (the official Go SDK) to the test server's add tool, beside a Go tool doing the same work (decode two numbers, add, format), the three calls alternating in one benchmark so they meet the same load; the difference is what the MCP client and its transport add to a call.", jobs: []int{9}, rows: tools},
 	}
 }
 

@@ -29,7 +29,9 @@ BenchmarkRoundTrip/memstore-2   	   20000	    200000 ns/op	       152 p50-µs	  
 	parse(strings.NewReader(`BenchmarkExampleDecide/lang=rust-2   	  100000	      1500 ns/op	      1100 p50-ns	      3000 p99-ns
 BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50-ns	        50 p99-ns
 `), "./guests/examples", res, io.Discard)
-	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}}
+	parse(strings.NewReader(`BenchmarkToolCall-2   	    2000	   3683535 ns/op	        11.46 go-p50-µs	        74.20 go-p99-µs	      1048 mcp-http-p50-µs	     11558 mcp-http-p99-µs	      1026 mcp-stdio-p50-µs	     11601 mcp-stdio-p99-µs
+`), "./host/mcp", res, io.Discard)
+	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}}
 	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
 	out := b.String()
 	for _, want := range []string{
@@ -41,6 +43,7 @@ BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50
 		"Machine: test machine",
 		"| Rust example decision p50 | 1,100 | native Go, the same policy | 20.0 | 55× | ≤ 2,000 ns | met |",
 		"| runs/s over pgstore, 1 host, 64 clients | 900 | DBOS Transact, one-step workflow, 64 clients | 600 | 1.5× | ahead of the peer (ratio > 1) | met |",
+		"| MCP tool call over stdio (a subprocess), p50 (µs) | 1,026 | Go tool doing the same work | 11.5 |",
 		"AGENTHOST_PG_URL=... (cd bench/dbospeer && go test -run '^$' -bench 'D' -benchtime 3s .)",
 	} {
 		if !strings.Contains(out, want) {
