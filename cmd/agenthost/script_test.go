@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -90,6 +91,20 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("GET %s: %s %v", args[0], resp.Status, err)
 				}
 				ts.Stdout().Write(b)
+			},
+			// readmeyaml writes the README's agent.yaml example to a file.
+			"readmeyaml": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: readmeyaml FILE")
+				}
+				b, err := os.ReadFile(filepath.Join(root, "README.md"))
+				ts.Check(err)
+				_, rest, ok := strings.Cut(string(b), "<!-- agent.yaml -->\n```yaml\n")
+				block, _, ok2 := strings.Cut(rest, "```\n<!-- /agent.yaml -->")
+				if !ok || !ok2 {
+					ts.Fatalf("README.md has no agent.yaml example")
+				}
+				ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(block), 0o644))
 			},
 			// setrun sets $RUN to the first run id of the last command's
 			// stdout.

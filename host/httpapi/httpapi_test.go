@@ -360,3 +360,26 @@ func TestCancelActive(t *testing.T) {
 		t.Fatalf("canceled input in the conversation: %s", body)
 	}
 }
+
+// TestEventsKeepAlive: a silent stream gets a comment line every KeepAlive.
+func TestEventsKeepAlive(t *testing.T) {
+	s := newServer(t, true, httpapi.Options{KeepAlive: 50 * time.Millisecond})
+	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hi"}`)
+	adm := decode[httpapi.Admission](t, body)
+	resp, err := http.Get(s.URL + "/v1/runs/" + adm.RunID + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	comments := 0
+	for sc.Scan() && comments < 2 {
+		if sc.Text() == ": keep-alive" {
+			comments++
+		}
+	}
+	if comments < 2 {
+		t.Fatalf("%d keep-alive comments before the stream ended (%v)", comments, sc.Err())
+	}
+	s.gate <- struct{}{}
+}
