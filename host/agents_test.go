@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/host/mcp"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/step"
+	"github.com/agenthost/agenthost/host/wasm"
 	"github.com/agenthost/agenthost/internal/mcptest"
 	"github.com/agenthost/agenthost/internal/openaitest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
@@ -373,4 +375,51 @@ func TestAgentStepSettingsReachTheRequest(t *testing.T) {
 func jsonText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestAgentGuestParamsReachTheRequest: a wasm guest's model parameters,
+// active tools and tool choice travel through the ABI to the request,
+// every parameter the ABI carries.
+func TestAgentGuestParamsReachTheRequest(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("AGENTHOST_REQUIRE_ALL") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip("no go command to build the guest")
+	}
+	out := filepath.Join(t.TempDir(), "paramsguest.wasm")
+	cmd := exec.Command(gobin, "build", "-buildmode=c-shared", "-o", out, "./testdata/paramsguest")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest: %v\n%s", err, b)
+	}
+	eng, err := wasm.NewEngine(context.Background(), wasm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	m, err := eng.LoadFile(context.Background(), out, wasm.Options{Config: []byte("t_echo"), Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAgent(t, agentOpts{hooks: []model.PrepareStep{host.StepHook(m)}})
+	if res := a.wait(a.submit("T", `call t_echo {"text":"x"}`)); answer(res) != "tool said: x" {
+		t.Fatalf("answer %q", answer(res))
+	}
+	reqs := a.fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r := reqs[0]
+	if r["model"] != "guest-model" || r["temperature"] != 0.25 || r["top_p"] != 0.5 || r["max_tokens"] != 77.0 ||
+		jsonText(r["stop"]) != `["END","STOP"]` || r["tool_choice"] != "required" {
+		t.Errorf("request %s", jsonText(r))
+	}
+	if tools := jsonText(r["tools"]); !strings.Contains(tools, `"name":"t_echo"`) || strings.Contains(tools, "t_add") {
+		t.Errorf("tools offered %s", tools)
+	}
+	if reqs[1]["tool_choice"] != "none" || reqs[1]["model"] != "guest-model" {
+		t.Errorf("second request %s", jsonText(reqs[1]))
+	}
 }

@@ -701,3 +701,17 @@ func TestOpenAIResponseEdgeCases(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOpenAISendsEveryABIParameter: the request carries every model
+// parameter the prepareStep ABI has (a new one must be added to setParams,
+// whose test above lists them all).
+func TestOpenAISendsEveryABIParameter(t *testing.T) {
+	typ := reflect.TypeOf(Params{})
+	var names []string
+	for i := range typ.NumField() {
+		names = append(names, typ.Field(i).Name)
+	}
+	if got := strings.Join(names, ","); got != "Model,Temperature,TopP,MaxTokens,Stop" {
+		t.Fatalf("the ABI's model parameters are %s; send each in setParams and extend TestOpenAIPlainCompletion", got)
+	}
+}
