@@ -131,7 +131,7 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 	if err := applyEnv(reflect.ValueOf(&cfg).Elem(), env); err != nil {
 		return Config{}, err
 	}
-	if s, ok := env("AGENTHOST_MCP_SERVERS"); ok {
+	if s, ok := env("AGENTHOST_MCP_SERVERS"); ok && strings.TrimSpace(s) != "" {
 		cfg.MCPServers = nil
 		dec := json.NewDecoder(strings.NewReader(s))
 		dec.DisallowUnknownFields()
@@ -268,6 +268,11 @@ func (c Config) validate() error {
 	}
 	if c.ToolTimeout <= 0 {
 		errs = append(errs, errors.New("tool_timeout must be positive"))
+	}
+	for _, m := range c.MCPServers {
+		if err := m.config().Check(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for i, h := range c.PrepareStep {
 		if h.Hook == "" {

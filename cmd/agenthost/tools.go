@@ -229,10 +229,14 @@ func (f mcpFlag) Set(s string) error {
 func startMCP(ctx context.Context, servers []MCPServer, log *slog.Logger, reserved []string) (*mcp.Servers, error) {
 	cfgs := make([]mcp.ServerConfig, 0, len(servers))
 	for _, s := range servers {
-		cfgs = append(cfgs, mcp.ServerConfig{
-			Name: s.Name, Prefix: s.Prefix, Command: s.Command, Args: s.Args, Dir: s.Dir, Env: s.Env,
-			URL: s.URL, Headers: s.Headers, Timeout: time.Duration(s.Timeout), StartTimeout: time.Duration(s.StartTimeout),
-		})
+		cfgs = append(cfgs, s.config())
 	}
 	return mcp.Start(ctx, cfgs, mcp.Options{Logger: log}, reserved...)
+}
+
+func (s MCPServer) config() mcp.ServerConfig {
+	return mcp.ServerConfig{
+		Name: s.Name, Prefix: s.Prefix, Command: s.Command, Args: s.Args, Dir: s.Dir, Env: s.Env,
+		URL: s.URL, Headers: s.Headers, Timeout: time.Duration(s.Timeout), StartTimeout: time.Duration(s.StartTimeout),
+	}
 }

@@ -195,6 +195,10 @@ func (s *Servers) Close() error {
 	return errors.Join(errs...)
 }
 
+// Check reports what is wrong with the configuration, without starting
+// anything.
+func (c ServerConfig) Check() error { return c.check() }
+
 func (c *ServerConfig) check() error {
 	if !nameRE.MatchString(c.Name) {
 		return fmt.Errorf("mcp server %q: a name is 1 to 32 letters, digits or \"-\"", c.Name)
