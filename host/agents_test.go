@@ -37,11 +37,11 @@ type agent struct {
 }
 
 type agentOpts struct {
-	openai     func(*model.OpenAIConfig)
-	stdio      func(*mcp.ServerConfig)
-	http       bool
-	hooks      []model.PrepareStep
-	noStdio    bool
+	openai      func(*model.OpenAIConfig)
+	stdio       func(*mcp.ServerConfig)
+	http        bool
+	hooks       []model.PrepareStep
+	noStdio     bool
 	toolTimeout time.Duration
 }
 

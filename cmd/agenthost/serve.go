@@ -35,11 +35,6 @@ func init() {
 }
 
 // stringList is a repeatable flag.
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
-
 func runServe(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", "serve [--config FILE] [--store NAME|PATH] [--policy NAME|FILE.wasm] [--model scripted[:FILE]|openai] [--data DIR] [--listen ADDR]",
 		"agenthost serve --data ./agenthost-data --listen 127.0.0.1:7070", stderr)

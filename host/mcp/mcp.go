@@ -422,7 +422,7 @@ type tool struct {
 
 var _ model.TimeLimited = (*tool)(nil)
 
-func (t *tool) Spec() model.ToolSpec    { return t.spec }
+func (t *tool) Spec() model.ToolSpec   { return t.spec }
 func (t *tool) Timeout() time.Duration { return t.srv.cfg.Timeout }
 
 // Call implements model.Tool. A result the server marks as an error is
