@@ -1,0 +1,316 @@
+package host_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/model"
+)
+
+// The simulation's oracle judges the runtime from the outside: from the
+// batches that reached the store (in the order they were applied) and from
+// what the model was shown and answered. It keeps its own model of every
+// thread (which runs are open, in which order, how often each was started)
+// and never calls the reducer, so a rule the reducer gets wrong is not
+// checked by the same mistake.
+//
+// Rules checked, each named by the invariant it serves (docs/design.md):
+//   - I2/I3: runs are absorbed only in a batch that completes the absorbing
+//     run, which was active; every input of every absorbed run is in the
+//     absorber's prompt (as the model was shown it) and in its answer.
+//   - I7: the absorbed runs are exactly a contiguous prefix of the queue
+//     behind the absorber: no queued run was skipped.
+//   - I6: a run starts only at the head of its thread's queue, and only
+//     when no run of the thread is active.
+//   - I1: a terminal run is never written again, so each input is answered
+//     at most once; a cancel ends only a queued run; a completed run's
+//     answer came from an execution by the run's owner.
+//   - Recovery: a run is started at most MaxAttempts times, and a run
+//     abandoned for its attempts was started that many times.
+type oracle struct {
+	mu          sync.Mutex
+	pending     []driver.Batch
+	maxAttempts int
+
+	runs   map[string]record.Run       // last written record of every run
+	inputs map[string][]record.Message // run → the input messages admitted to it
+	starts map[string]int
+	bad    []string
+
+	execs execLog
+}
+
+func newOracle(maxAttempts int) *oracle {
+	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}}
+}
+
+// applied records a batch the store underneath applied; it is called under
+// the fault wrapper's lock, from any goroutine.
+func (o *oracle) applied(b driver.Batch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pending = append(o.pending, b)
+}
+
+// judge folds the batches applied since the last call into the model and
+// returns the first violation found, or "".
+func (o *oracle) judge() string {
+	o.mu.Lock()
+	bs := o.pending
+	o.pending = nil
+	o.mu.Unlock()
+	for _, b := range bs {
+		o.batch(b)
+	}
+	if len(o.bad) > 0 {
+		return o.bad[0]
+	}
+	return ""
+}
+
+func (o *oracle) failf(format string, args ...any) {
+	o.bad = append(o.bad, fmt.Sprintf(format, args...))
+}
+
+// queue returns the open runs of a thread in seq order, as the model knows
+// them before the batch being judged.
+func (o *oracle) queue(thread string) []record.Run {
+	var q []record.Run
+	for _, r := range o.runs {
+		if r.ThreadID == thread && (r.State == record.StateQueued || r.State == record.StateActive) {
+			q = append(q, r)
+		}
+	}
+	slices.SortFunc(q, func(a, b record.Run) int { return cmp.Compare(a.Seq, b.Seq) })
+	return q
+}
+
+func isEnded(st record.RunState) bool {
+	return st != record.StateQueued && st != record.StateActive
+}
+
+func (o *oracle) batch(b driver.Batch) {
+	queue := o.queue(b.ThreadID)
+	written := map[string]record.Run{}
+	for _, r := range b.Runs {
+		written[r.ID] = r
+	}
+	for _, m := range b.Messages {
+		if m.Role == record.RoleUser {
+			o.inputs[m.RunID] = append(o.inputs[m.RunID], m)
+		}
+	}
+	var completed []record.Run
+	var absorbed []record.Run
+	for _, r := range b.Runs {
+		prev, had := o.runs[r.ID]
+		if r.ThreadID != b.ThreadID {
+			o.failf("batch %s on thread %s writes run %s of thread %s", b.CommitID, b.ThreadID, r.ID, r.ThreadID)
+		}
+		switch {
+		case had && isEnded(prev.State):
+			o.failf("I1: run %s ended %s/%s is written again as %s/%s (batch %s)", r.ID, prev.State, prev.TerminalReason, r.State, r.TerminalReason, b.CommitID)
+		case r.State == record.StateActive && (!had || prev.State == record.StateQueued):
+			o.started(b, r, queue, written)
+		case r.State == record.StateActive:
+			o.failf("I6: run %s, already active under %s, is written active under %s", r.ID, prev.Owner, r.Owner)
+		case r.State == record.StateQueued && had && prev.State == record.StateActive:
+			// Recovery: back to the queue.
+		case r.State == record.StateQueued:
+		case !had:
+			o.failf("I1: run %s is first written %s", r.ID, r.State)
+		case r.TerminalReason == record.ReasonCanceled:
+			if prev.State != record.StateQueued {
+				o.failf("cancel: run %s was %s, not queued, when it was canceled", r.ID, prev.State)
+			}
+		case r.State == record.StateSuperseded:
+			if prev.State != record.StateQueued {
+				o.failf("I2: run %s was %s, not queued, when it was absorbed", r.ID, prev.State)
+			}
+			absorbed = append(absorbed, r)
+		case prev.State != record.StateActive:
+			o.failf("I1: run %s went from %s to %s/%s without running", r.ID, prev.State, r.State, r.TerminalReason)
+		case strings.HasPrefix(r.Error, "abandoned after"):
+			if o.starts[r.ID] < o.maxAttempts {
+				o.failf("recovery: run %s abandoned after %d starts, %d allowed", r.ID, o.starts[r.ID], o.maxAttempts)
+			}
+		case r.State == record.StateCompleted:
+			completed = append(completed, r)
+		}
+	}
+	for _, r := range completed {
+		o.answered(b, r)
+	}
+	if len(absorbed) > 0 {
+		o.absorbed(b, queue, absorbed)
+	}
+	for _, r := range b.Runs {
+		o.runs[r.ID] = r
+	}
+}
+
+// started judges a start: the run heads its thread's queue and no other run
+// of the thread is active.
+func (o *oracle) started(b driver.Batch, r record.Run, queue []record.Run, written map[string]record.Run) {
+	o.starts[r.ID]++
+	if o.starts[r.ID] > o.maxAttempts {
+		o.failf("recovery: run %s started %d times, %d allowed", r.ID, o.starts[r.ID], o.maxAttempts)
+	}
+	for _, q := range queue {
+		if q.ID == r.ID {
+			break
+		}
+		if w, ok := written[q.ID]; ok && isEnded(w.State) {
+			continue
+		}
+		if q.State == record.StateActive {
+			o.failf("I6: run %s started while run %s is active on thread %s", r.ID, q.ID, r.ThreadID)
+		} else {
+			o.failf("I6: run %s (seq %d) started ahead of queued run %s (seq %d)", r.ID, r.Seq, q.ID, q.Seq)
+		}
+	}
+}
+
+// answered judges a completed run's answer: it came from an execution by
+// the run's owner, and holds the run's own inputs.
+func (o *oracle) answered(b driver.Batch, r record.Run) {
+	ans, ok := answerIn(b, r)
+	if !ok {
+		o.failf("I1: run %s completed without its answer in the same batch", r.ID)
+		return
+	}
+	if _, epoch, _ := strings.Cut(ans, "\n@"); epoch != r.Owner {
+		o.failf("owner: run %s, owned by %s, completed with an answer computed by %s", r.ID, r.Owner, epoch)
+	}
+	for _, in := range o.inputs[r.ID] {
+		if !slices.Contains(answerParts(ans), in.Content) {
+			o.failf("I1: run %s answered %q without its input %q", r.ID, ans, in.Content)
+		}
+	}
+}
+
+// absorbed judges the runs a batch absorbed.
+func (o *oracle) absorbed(b driver.Batch, queue []record.Run, absorbed []record.Run) {
+	var into record.Run
+	for _, r := range b.Runs {
+		if r.State == record.StateCompleted {
+			into = r
+		}
+	}
+	prevInto, had := o.runs[into.ID]
+	if into.ID == "" || !had || prevInto.State != record.StateActive {
+		for _, a := range absorbed {
+			var end record.Run
+			for _, r := range b.Runs {
+				if r.ID == a.AbsorbedIntoRunID {
+					end = r
+				}
+			}
+			o.failf("I3: run %s absorbed into %s, which did not complete in that batch (it ended %s/%s)", a.ID, a.AbsorbedIntoRunID, end.State, end.TerminalReason)
+		}
+		return
+	}
+	slices.SortFunc(absorbed, func(a, b record.Run) int { return cmp.Compare(a.Seq, b.Seq) })
+	// The queue behind the absorber, in order: the absorbed runs are its
+	// first len(absorbed) runs.
+	var behind []record.Run
+	for _, q := range queue {
+		if q.ID != into.ID && q.Seq > into.Seq {
+			behind = append(behind, q)
+		}
+	}
+	for i, a := range absorbed {
+		if a.AbsorbedIntoRunID != into.ID {
+			o.failf("I2: run %s absorbed into %s, but the batch completes %s", a.ID, a.AbsorbedIntoRunID, into.ID)
+		}
+		if i >= len(behind) || behind[i].ID != a.ID {
+			skipped := "?"
+			if i < len(behind) {
+				skipped = behind[i].ID
+			}
+			o.failf("I7: run %s absorbed %s, skipping queued run %s (not a contiguous prefix of the queue)", into.ID, a.ID, skipped)
+		}
+	}
+	ans, _ := answerIn(b, into)
+	for _, a := range absorbed {
+		for _, in := range o.inputs[a.ID] {
+			if !slices.Contains(answerParts(ans), in.Content) {
+				o.failf("I2: run %s absorbed %s, but its answer %q lacks the absorbed input %q", into.ID, a.ID, ans, in.Content)
+			}
+			if !o.execs.shown(ans, in.ID) {
+				o.failf("I2: run %s absorbed %s, but its input %s (%q) never reached the prompt of the execution that answered %q", into.ID, a.ID, in.ID, in.Content, ans)
+			}
+		}
+	}
+}
+
+func answerIn(b driver.Batch, r record.Run) (string, bool) {
+	for _, m := range b.Messages {
+		if m.ID == r.AssistantMessageID {
+			return m.Content, true
+		}
+	}
+	return "", false
+}
+
+// answerParts splits an echo answer into the inputs it names, without the
+// epoch the recording model adds.
+func answerParts(ans string) []string {
+	ans, _, _ = strings.Cut(ans, "\n@")
+	return strings.Split(ans, " | ")
+}
+
+// execLog records what the model was shown for every answer it gave.
+type execLog struct {
+	mu      sync.Mutex
+	prompts map[string][]map[string]bool // answer → the message ids of each prompt that gave it
+}
+
+func (l *execLog) add(answer string, msgs []record.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.prompts == nil {
+		l.prompts = map[string][]map[string]bool{}
+	}
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		ids[m.ID] = true
+	}
+	l.prompts[answer] = append(l.prompts[answer], ids)
+}
+
+// shown reports whether some prompt that gave answer held message id.
+func (l *execLog) shown(answer, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ids := range l.prompts[answer] {
+		if ids[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// recordingModel records every final answer with the prompt it came from,
+// and tags the answer with the epoch of the runtime that computed it.
+type recordingModel struct {
+	m     model.Model
+	log   *execLog
+	epoch string // set by the runtime's first NewID("epoch"), before any step
+}
+
+func (r *recordingModel) Step(ctx context.Context, req model.Request, stream func(string)) (model.Response, error) {
+	resp, err := r.m.Step(ctx, req, stream)
+	if err != nil || len(resp.ToolCalls) > 0 {
+		return resp, err
+	}
+	resp.Content += "\n@" + r.epoch
+	r.log.add(resp.Content, req.Messages)
+	return resp, nil
+}
