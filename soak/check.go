@@ -142,7 +142,10 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 			rep.Failed++
 			rep.Errors[res.Error]++
 			if !strings.Contains(s.Content, "please fail") {
+				// Nothing in the soak excuses a failure the input did not
+				// ask for: kills and restarts must not fail a run.
 				rep.Unasked++
+				rep.fail("unasked failure: %s: run %s failed: %s", s.Content, s.RunID, res.Error)
 			}
 		case res.State == "interrupted":
 			rep.Stopped++

@@ -97,6 +97,10 @@ func TestCheck(t *testing.T) {
 		{"absorbing run lacks the input", func(f *fake) { f.runs[0].InputMessageIDs = []string{"ma"} }, "does not hold its input mb", 0},
 		{"two active", func(f *fake) { f.runs[0].State, f.runs[2].State = "active", "active" }, "2 active runs", 0},
 		{"out of order", func(f *fake) { f.runs[2].StartedAt, f.runs[2].EndedAt = at(0), at(2) }, "ended at", 0},
+		{"unasked failure", func(f *fake) {
+			f.results["c"] = Result{RunID: "c", State: "failed", TerminalReason: "failed", Error: "driver unavailable"}
+			f.results["a"] = Result{RunID: "a", State: "failed", TerminalReason: "failed", Error: "driver unavailable"}
+		}, "unasked failure: [a] hello: run a failed: driver unavailable", 0},
 		{"overlap", func(f *fake) { f.runs[2].StartedAt = at(2) }, "while run a (seq 1) was active", 0},
 	}
 	for _, tc := range cases {
