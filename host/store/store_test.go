@@ -118,7 +118,10 @@ func TestAbsorbedKeyFollowsPointer(t *testing.T) {
 	if !b.Offer || b.ActiveRunID != a.RunID {
 		t.Fatalf("inject admission = %+v", b)
 	}
-	taken, _ := s.Messages(ctx, "T")
+	taken, err := s.Messages(ctx, "T")
+	if err != nil || len(taken) != 2 {
+		t.Fatalf("messages before the commit: %+v %v", taken, err)
+	}
 	prompt, err := s.Prompt(ctx, runA, taken[1:])
 	if err != nil || len(prompt) != 2 {
 		t.Fatalf("prompt %v %v", prompt, err)
@@ -153,10 +156,17 @@ func TestAbsorbedKeyFollowsPointer(t *testing.T) {
 	if len(runs) != 2 || runs[0].ID != a.RunID || runs[1].ID != b.RunID {
 		t.Fatalf("thread runs = %+v", runs)
 	}
-	// The absorbed run wrote no message under its reserved id.
-	for _, m := range taken {
-		if m.ID == runs[1].AssistantMessageID {
-			t.Fatal("the absorbed run has an assistant message")
+	// The absorbed run wrote no message under its reserved id (read after
+	// the commit, through a fresh store layer too).
+	for _, st := range []*store.Store{s, store.New(d, store.Options{})} {
+		after, err := st.Messages(ctx, "T")
+		if err != nil || len(after) != 3 {
+			t.Fatalf("messages after the commit: %+v %v", after, err)
+		}
+		for _, m := range after {
+			if m.ID == runs[1].AssistantMessageID {
+				t.Fatal("the absorbed run has an assistant message")
+			}
 		}
 	}
 }
