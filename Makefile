@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/... ./cmd/...
 
-.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak soak-nemeses
+.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak soak-nemeses mutants
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
@@ -79,6 +79,14 @@ bench:
 #   go test ./host -run TestSimulation -sim.seed=N -v
 sim:
 	$(GO) test -count=1 -run '^TestSimulation$$' ./host -sim.seeds=$(SEEDS) -timeout 0
+
+# Plants each bug of the catalogue (internal/mutants/catalogue.go) in a
+# scratch copy, runs the simulation (MUTANT_SEEDS seeds, stopping at the
+# first failure) and the property test against it, and fails when the
+# simulation misses one (docs/simulation.md).
+MUTANT_SEEDS ?= 2000
+mutants:
+	$(GO) run ./internal/mutants -seeds $(MUTANT_SEEDS)
 
 # The soak (docs/soak.md): agenthost serve on badgerstore under load, killed
 # with SIGKILL (server and driver) at random moments, checked over HTTP.
