@@ -17,16 +17,21 @@ import (
 
 const brokenEnv = "AGENTHOST_TEST_BROKEN_DRIVER"
 
-// brokenDrivers maps each broken driver to the rule the suite must name.
-var brokenDrivers = map[string]string{
-	"first-run-only":     "atomicity.absorbing-pair",
-	"ignores-version":    "concurrency.stale-version",
-	"stale-state-index":  "index.list-by-state",
-	"loses-acked-writes": "durability.acked-survives-kill",
-	"history-reversed":   "reads.history-order",
-	"idempotency-global": "reads.idempotency-by-thread",
-	"paging-skips":       "index.paging",
-	"ignores-fence":      "leases.fence-foreign-owner",
+// brokenDrivers maps each broken driver to the exact set of rules the suite
+// must find it breaking: a rule missing means the suite lost sight of the
+// fault, and a rule added means a fault in one place now reports as many
+// (or the suite checks something the driver does right).
+var brokenDrivers = map[string][]string{
+	"first-run-only":     {"atomicity.absorbing-pair", "atomicity.batch-whole", "index.list-by-state", "invariant.I4", "scale.list", "semantics.S1"},
+	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version"},
+	"stale-state-index":  {"index.list-by-state"},
+	"loses-acked-writes": {"durability.acked-survives-kill", "durability.reopen", "invariant.I4"},
+	"history-reversed":   {"reads.history-order"},
+	"idempotency-global": {"atomicity.refused-batch-writes-nothing", "reads.idempotency-by-thread", "semantics.S5"},
+	"paging-skips":       {"index.list-by-state", "index.paging"},
+	"ignores-fence":      {"leases.dead-fence", "leases.fence-foreign-owner"},
+	"partial-batch":      {"atomicity.batch-whole", "atomicity.refused-batch-writes-nothing", "reads.history-paging"},
+	"acks-before-write":  {"durability.acked-survives-kill"},
 }
 
 // brokenFactory returns the factory of broken driver name, nil if none.
@@ -35,6 +40,9 @@ func brokenFactory(name string) storedriver.Factory {
 		return nil
 	}
 	return storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+		if name == "acks-before-write" {
+			return openAcksBeforeWrite(config)
+		}
 		d := memdriver.New()
 		if name == "ignores-fence" {
 			d = memdriver.NewShared(nil) // with leases
@@ -67,6 +75,11 @@ func (b *broken) Commit(ctx context.Context, bt driver.Batch) (int64, error) {
 	case "first-run-only":
 		if len(bt.Runs) > 1 {
 			bt.Runs = bt.Runs[:1]
+		}
+	case "partial-batch":
+		// Writes a batch of several messages without its last one.
+		if len(bt.Messages) > 1 {
+			bt.Messages = bt.Messages[:len(bt.Messages)-1]
 		}
 	case "ignores-fence":
 		// Checks the version, writes the owner the batch names, and looks
