@@ -24,7 +24,7 @@ import (
 //   - I2/I3: runs are absorbed only in a batch that completes the absorbing
 //     run, which was active; every input of every absorbed run is in the
 //     absorber's prompt (as the model was shown it) and in its answer.
-//   - I7: the absorbed runs are exactly a contiguous prefix of the queue
+//   - next in line: the absorbed runs are exactly a contiguous prefix of the queue
 //     behind the absorber: no queued run was skipped.
 //   - I6: a run starts only at the head of its thread's queue, and only
 //     when no run of the thread is active.
@@ -234,7 +234,7 @@ func (o *oracle) absorbed(b driver.Batch, queue []record.Run, absorbed []record.
 			if i < len(behind) {
 				skipped = behind[i].ID
 			}
-			o.failf("I7: run %s absorbed %s, skipping queued run %s (not a contiguous prefix of the queue)", into.ID, a.ID, skipped)
+			o.failf("next in line: run %s absorbed %s, skipping queued run %s (not a contiguous prefix of the queue)", into.ID, a.ID, skipped)
 		}
 	}
 	ans, _ := answerIn(b, into)

@@ -15,7 +15,7 @@ const (
 var catalogue = []Mutant{
 	{
 		ID:   "absorb-skips-queued-run",
-		Rule: "I7: absorption takes the runs next in line only; the executor takes a contiguous prefix and the reducer keeps one",
+		Rule: "next in line: absorption takes the runs next in line only; the executor takes a contiguous prefix and the reducer keeps one",
 		Edits: []Edit{
 			{reduce, "\t\tcase e.at != pos:\n\t\t\twhy = \"run is not next in the queue\"\n", ""},
 			{executor, "\t\tif !ok {\n\t\t\tbreak\n\t\t}\n", "\t\tif !ok {\n\t\t\tcontinue\n\t\t}\n"},
@@ -52,7 +52,7 @@ var catalogue = []Mutant{
 	},
 	{
 		ID:   "absorbed-run-left-open",
-		Rule: "I1/I7: an absorbed run leaves its thread's queue in the absorbing commit",
+		Rule: "I1: an absorbed run leaves its thread's queue in the absorbing commit",
 		Edits: []Edit{
 			{reduce, "\t\tclosed[a.ID] = true\n", ""},
 		},

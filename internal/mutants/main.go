@@ -52,6 +52,7 @@ type result struct {
 	simCaught, propCaught bool
 	simSeed               string
 	simWhy, propWhy       string
+	simFirst              string // the simulation's first complaint
 	took                  time.Duration
 }
 
@@ -112,6 +113,9 @@ func mainErr(seeds, checks int, only string, keep bool) error {
 		r := test(scratch, m, seeds, checks)
 		results = append(results, r)
 		fmt.Printf("%-28s simulation: %-22s property test: %-8s (%s)\n", m.ID, caught(r.simCaught, r.simSeed), caught(r.propCaught, ""), r.took.Round(time.Second))
+		if r.simCaught {
+			fmt.Printf("%28s %s\n", "", r.simFirst)
+		}
 		for i := len(saved) - 1; i >= 0; i-- {
 			if err := os.WriteFile(filepath.Join(scratch, saved[i].File), []byte(saved[i].Find), 0o644); err != nil {
 				return err
@@ -159,6 +163,7 @@ func test(dir string, m Mutant, seeds, checks int) result {
 			r.simSeed = s[1]
 		}
 		r.simWhy = firstLines(out, 12)
+		r.simFirst = firstComplaint(out)
 	}
 	out, err = goTest(dir, "./host/store", "-run", "^TestStoreProperties$", fmt.Sprintf("-rapid.checks=%d", checks))
 	if err != nil {
@@ -176,6 +181,20 @@ func goTest(dir, pkg string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
 	return buf.String(), err
+}
+
+var complaintRE = regexp.MustCompile(`(?m)^\s+\w+_test\.go:\d+: (.*)$`)
+
+// firstComplaint is the first message a test reported, shortened.
+func firstComplaint(out string) string {
+	m := complaintRE.FindStringSubmatch(out)
+	if m == nil {
+		return firstLines(out, 1)
+	}
+	if len(m[1]) > 160 {
+		return m[1][:160] + "…"
+	}
+	return m[1]
 }
 
 func firstLines(s string, n int) string {

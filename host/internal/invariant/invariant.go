@@ -6,7 +6,11 @@
 // far as a pair shows it, and that every terminal run has a reason and only
 // completed runs an answer. The property test of the store layer and the
 // runtime's simulation both check through it, adding what only they know
-// (admissions, prompts).
+// (admissions, prompts). Records show only what the reducer wrote: that an
+// absorber holds the absorbed inputs is true by construction here. Whether
+// they reached its prompt and answer, and whether the absorbed runs were
+// next in line, is judged from outside the reducer by the simulation's
+// oracle (host/sim_oracle_test.go) and the property test's own account.
 package invariant
 
 import (
