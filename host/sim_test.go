@@ -73,6 +73,9 @@ func TestSimulation(t *testing.T) {
 				}
 			})
 		})
+		if len(seeds) >= 10000 && seed%10000 == 0 {
+			fmt.Printf("simulation: %d seeds passed\n", seed) // progress of a long run
+		}
 		if !ok {
 			t.Fatalf("simulation failed with seed %d; replay: go test ./host -run 'TestSimulation' -sim.seed=%d -v\noperations:\n  %s",
 				seed, seed, strings.Join(log, "\n  "))

@@ -128,9 +128,13 @@ var catalogue = []Mutant{
 		},
 	},
 	{
+		// Recovery clears a requeued run's owner, so the owner check alone
+		// refuses a late commit for it; the state check is what stands when
+		// the owner is kept.
 		ID:   "commit-not-active",
-		Rule: "owner: only an active run commits its end (a run requeued by recovery does not)",
+		Rule: "owner: only an active run commits its end (a run requeued by recovery does not, even under its old owner)",
 		Edits: []Edit{
+			{reduce, "\t\trun.Owner = \"\"\n\t\trun.StartedAt = time.Time{}\n", "\t\trun.StartedAt = time.Time{}\n"},
 			{reduce, "\tif s.Open[i].State != record.StateActive {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotActive", "\tif false {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotActive"},
 		},
 	},
