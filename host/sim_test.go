@@ -363,12 +363,12 @@ func (s *sim) closeAndRestart() {
 
 func (s *sim) checkCloseReport(rep host.CloseReport) {
 	// A run whose terminal commit was in flight at the deadline (a group
-	// commit waiting out its window) is listed abandoned though the commit
+	// commit waiting out a group window or a retry) is listed abandoned though the commit
 	// landed: the report errs on the side of the run not being done.
 	stillActive := 0
 	for _, id := range rep.Abandoned {
 		switch r := s.run(id); {
-		case runstate.IsTerminal(r.State) && s.faults.GroupWindow > 0:
+		case runstate.IsTerminal(r.State) && s.faults != (faultstore.Faults{}):
 		case r.State != record.StateActive || r.Owner != s.rt.Epoch():
 			s.t.Fatalf("close report: abandoned run %s is %s owned by %s", id, r.State, r.Owner)
 		default:
