@@ -43,11 +43,12 @@ type oracle struct {
 	starts map[string]int
 	bad    []string
 
-	execs execLog
+	execs  execLog
+	owners map[string]string // process epoch → the owner its runs execute under
 }
 
 func newOracle(maxAttempts int) *oracle {
-	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}}
+	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{}}
 }
 
 // applied records a batch the store underneath applied; it is called under
@@ -126,8 +127,8 @@ func (o *oracle) batch(b driver.Batch) {
 		case !had:
 			o.failf("I1: run %s is first written %s", r.ID, r.State)
 		case r.TerminalReason == record.ReasonCanceled:
-			if prev.State != record.StateQueued {
-				o.failf("cancel: run %s was %s, not queued, when it was canceled", r.ID, prev.State)
+			if prev.State != record.StateQueued && prev.State != record.StateActive {
+				o.failf("cancel: run %s was %s, not open, when it was canceled", r.ID, prev.State)
 			}
 		case r.State == record.StateSuperseded:
 			if prev.State != record.StateQueued {
@@ -185,7 +186,7 @@ func (o *oracle) answered(b driver.Batch, r record.Run) {
 		o.failf("I1: run %s completed without its answer in the same batch", r.ID)
 		return
 	}
-	if _, epoch, _ := strings.Cut(ans, "\n@"); epoch != r.Owner {
+	if _, epoch, _ := strings.Cut(ans, "\n@"); o.owners[epoch] != r.Owner {
 		o.failf("owner: run %s, owned by %s, completed with an answer computed by %s", r.ID, r.Owner, epoch)
 	}
 	for _, in := range o.inputs[r.ID] {
