@@ -72,10 +72,17 @@ var catalogue = []Mutant{
 		},
 	},
 	{
-		ID:   "cancel-active-run",
-		Rule: "cancel ends only a queued run",
+		ID:   "admit-starts-on-busy-thread",
+		Rule: "admit-and-start: an admission starts its run only on an idle thread",
 		Edits: []Edit{
-			{reduce, "\tif run.State != record.StateQueued {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotQueued", "\tif false {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotQueued"},
+			{reduce, "\t\tif !busy && m.StartAs != \"\" {\n\t\t\tstartAdmitted(&run, m.StartAs, m.Now)", "\t\tif m.StartAs != \"\" {\n\t\t\tstartAdmitted(&run, m.StartAs, m.Now)"},
+		},
+	},
+	{
+		ID:   "cancel-leaves-open",
+		Rule: "a canceled run leaves its thread's open runs",
+		Edits: []Edit{
+			{reduce, "\tt.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })\n\tt.UpdatedAt = m.Now\n\treturn Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil", "\tt.UpdatedAt = m.Now\n\treturn Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil"},
 		},
 	},
 	{
