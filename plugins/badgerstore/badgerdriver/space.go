@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +19,7 @@ import (
 // next page, the write faults (SIGBUS) and the process dies, again at every
 // relaunch while the disk stays full. So before a commit is queued, the
 // driver checks that the filesystem still has room for the unwritten part
-// of the logs and for one more flush of a memtable to a table file; a
+// of the current log and for one more flush of a memtable to a table file; a
 // commit that does not fit is refused with driver.ErrUnavailable (the host
 // answers 503 and retries; nothing acknowledged is at risk), and accepted
 // again once space is freed.
@@ -74,24 +76,34 @@ func (g *spaceGuard) check(size int, warn func(msg string, args ...any)) error {
 	return err
 }
 
-// unwrittenLogBytes sums, over badger's memtable logs (*.mem) in dir, the
-// bytes the filesystem has not allocated yet: what writing them to the end
-// will take.
+// unwrittenLogBytes returns the bytes the filesystem has not allocated yet
+// in badger's current memtable log: what writing it until badger moves to
+// the next memtable will take. badger creates each log (*.mem, named by an
+// increasing file id) at twice the memtable's size but switches to a new
+// memtable once one memtable's size is written, so only the newest log is
+// still written to and its gap is at most memTableSize less what is already
+// allocated; counting every log's whole sparse size would ask a fresh store
+// for about 200 MiB and refuse commits on small volumes with room left.
 func unwrittenLogBytes(dir string) int64 {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.mem"))
-	var n int64
+	newest, newestID := "", int64(-1)
 	for _, f := range files {
-		info, err := os.Stat(f)
-		if err != nil {
+		id, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(f), ".mem"), 10, 64)
+		if err != nil || id <= newestID {
 			continue
 		}
-		st, ok := info.Sys().(*syscall.Stat_t)
-		if !ok {
-			continue
-		}
-		if gap := info.Size() - st.Blocks*512; gap > 0 {
-			n += gap
-		}
+		newest, newestID = f, id
 	}
-	return n
+	if newest == "" {
+		return 0
+	}
+	info, err := os.Stat(newest)
+	if err != nil {
+		return 0
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0
+	}
+	return max(0, memTableSize-st.Blocks*512)
 }

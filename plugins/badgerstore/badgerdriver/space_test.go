@@ -2,6 +2,8 @@ package badgerdriver
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,8 +46,8 @@ func TestSpaceGuard(t *testing.T) {
 	}
 }
 
-// TestUnwrittenLogBytes: a sparse memtable log counts what is not yet
-// allocated.
+// TestUnwrittenLogBytes: the newest memtable log counts what is not yet
+// allocated of one memtable's size.
 func TestUnwrittenLogBytes(t *testing.T) {
 	dir := t.TempDir()
 	d, err := Open(DefaultConfig(dir))
@@ -54,7 +56,42 @@ func TestUnwrittenLogBytes(t *testing.T) {
 	}
 	defer d.Close(t.Context())
 	n := unwrittenLogBytes(dir)
-	if n <= memTableSize || n > 2*memTableSize {
-		t.Fatalf("unwritten log bytes of a fresh store: %d, want in (%d, %d]", n, memTableSize, 2*memTableSize)
+	if n <= 0 || n > memTableSize {
+		t.Fatalf("unwritten log bytes of a fresh store: %d, want in (0, %d]", n, memTableSize)
+	}
+}
+
+// TestUnwrittenLogBytesNewestOnly: older logs are full or being flushed,
+// and badger switches logs after one memtable's size, not at the end of the
+// sparse file twice that size.
+func TestUnwrittenLogBytesNewestOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"00009.mem", "00010.mem", "notes.mem"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(2 * memTableSize); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if n := unwrittenLogBytes(dir); n != memTableSize {
+		t.Fatalf("two empty sparse logs: %d unwritten bytes, want %d", n, memTableSize)
+	}
+	// Allocate the head of the newest log: its gap shrinks by as much.
+	f, err := os.OpenFile(filepath.Join(dir, "00010.mem"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n := unwrittenLogBytes(dir); n > memTableSize-1<<20 || n < memTableSize-2<<20 {
+		t.Fatalf("newest log with 1 MiB written: %d unwritten bytes, want about %d", n, memTableSize-1<<20)
 	}
 }
