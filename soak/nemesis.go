@@ -38,7 +38,8 @@ const (
 	NemesisDiskFull = "diskfull"
 )
 
-// ErrNeedsRoot: the disk-full nemesis mounts a tmpfs, which needs root.
+// ErrNeedsRoot: the disk-full nemesis mounts a tmpfs, which needs root
+// with the right to mount (not granted in an unprivileged container).
 var ErrNeedsRoot = errors.New("the disk-full nemesis mounts a tmpfs: it needs root")
 
 // NemesisProfile sizes a nemesis run.
@@ -225,9 +226,14 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 		if err := os.MkdirAll(mnt, 0o700); err != nil {
 			return sum, err
 		}
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=512m,mode=0700"); err != nil {
 			mnt = ""
-			return sum, fmt.Errorf("mounting a tmpfs for the store: %v %s", err, out)
+			if errors.Is(err, syscall.EPERM) {
+				// root without the right to mount, as in an unprivileged
+				// container: the same as not being root.
+				return sum, fmt.Errorf("%w: mounting a tmpfs for the store: %v", ErrNeedsRoot, err)
+			}
+			return sum, fmt.Errorf("mounting a tmpfs for the store: %w", err)
 		}
 		config := filepath.Join(dir, "config.yaml")
 		if err := os.WriteFile(config, []byte("store: badgerstore\nstore_config:\n  dir: "+filepath.Join(mnt, "badger")+"\n"), 0o644); err != nil {

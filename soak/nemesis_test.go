@@ -15,8 +15,8 @@ import (
 // host of three paused past its lease, PostgreSQL crashed and stopped, the
 // store's disk full. They are skipped under -short, without PostgreSQL
 // binaries (the PostgreSQL ones: they start a cluster of their own to stop
-// and restart) and, for the full disk, when not root (it mounts a tmpfs),
-// unless AGENTHOST_REQUIRE_ALL=1. AGENTHOST_SOAK_SEED sets the seed.
+// and restart) and, for the full disk, when not root or not allowed to
+// mount (it mounts a tmpfs), unless AGENTHOST_REQUIRE_ALL=1. AGENTHOST_SOAK_SEED sets the seed.
 func TestNemeses(t *testing.T) {
 	var bin string // built once, by the first nemesis that runs
 	binDir := t.TempDir()
