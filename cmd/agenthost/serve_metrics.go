@@ -9,12 +9,14 @@ import (
 
 // guestMetrics returns the /metrics writer of the wasm guests serve loaded
 // (the policy, if it is a module, and the prepareStep hooks): their calls,
-// failures and fallbacks by module.
+// failures and fallbacks by module and hook.
 func guestMetrics(pol policy.Policy, hooks []*wasm.Module) func(io.Writer) {
-	var mods []*wasm.Module
+	var mods []wasm.Hooked
 	if m, ok := pol.(*wasm.Module); ok {
-		mods = append(mods, m)
+		mods = append(mods, wasm.Hooked{Hook: wasm.HookPolicy, Module: m})
 	}
-	mods = append(mods, hooks...)
+	for _, m := range hooks {
+		mods = append(mods, wasm.Hooked{Hook: wasm.HookPrepareStep, Module: m})
+	}
 	return func(w io.Writer) { wasm.WriteMetrics(w, mods) }
 }

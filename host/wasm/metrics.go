@@ -5,25 +5,67 @@ import (
 	"io"
 )
 
+// The hook a module is loaded for, the hook label of its metrics.
+const (
+	HookPolicy      = "policy"
+	HookPrepareStep = "prepare_step"
+)
+
+// Hooked is a module and the hook it is loaded for (HookPolicy or
+// HookPrepareStep).
+type Hooked struct {
+	Hook   string
+	Module *Module
+}
+
 // WriteMetrics writes the counters of the given modules in the Prometheus
 // text format, labelled by the guest's manifest name (which Load restricts
-// to [A-Za-z0-9._-]): calls, failed calls, inputPolicy fallbacks, instances
-// started and thrown away.
-func WriteMetrics(w io.Writer, mods []*Module) {
+// to [A-Za-z0-9._-]) and the hook: calls, failed calls, inputPolicy
+// fallbacks, instances started and thrown away. A module listed twice is
+// counted once, and modules sharing a name and a hook (one guest loaded as
+// two prepareStep hooks) are summed into one series: Prometheus rejects a
+// scrape with the same series twice.
+func WriteMetrics(w io.Writer, mods []Hooked) {
+	type key struct{ name, hook string }
+	var keys []key
+	members := map[key][]*Module{}
+	seen := map[Hooked]bool{}
+	for _, h := range mods {
+		if h.Module == nil || seen[h] {
+			continue
+		}
+		seen[h] = true
+		k := key{h.Module.gm.Name, h.Hook}
+		if _, ok := members[k]; !ok {
+			keys = append(keys, k)
+		}
+		members[k] = append(members[k], h.Module)
+	}
+	stats := make([]Stats, len(keys))
+	for i, k := range keys {
+		for _, m := range members[k] {
+			s := m.Stats()
+			stats[i].Calls += s.Calls
+			stats[i].Failures += s.Failures
+			stats[i].Fallbacks += s.Fallbacks
+			stats[i].Instances += s.Instances
+			stats[i].Discarded += s.Discarded
+		}
+	}
 	type metric struct {
 		name, help string
 		v          func(Stats) uint64
 	}
 	for _, m := range []metric{
-		{"agenthost_guest_calls_total", "Hook calls into a wasm guest, by module.", func(s Stats) uint64 { return s.Calls }},
-		{"agenthost_guest_failures_total", "Failed hook calls into a wasm guest (trap, deadline, error result, undeclared action), by module.", func(s Stats) uint64 { return s.Failures }},
-		{"agenthost_guest_fallbacks_total", "Failed inputPolicy calls answered with the module's fallback decision, by module.", func(s Stats) uint64 { return s.Fallbacks }},
-		{"agenthost_guest_instances_total", "Guest instances started, including replacements, by module.", func(s Stats) uint64 { return s.Instances }},
-		{"agenthost_guest_instances_discarded_total", "Guest instances thrown away after a failed call, by module.", func(s Stats) uint64 { return s.Discarded }},
+		{"agenthost_guest_calls_total", "Hook calls into a wasm guest, by module and hook.", func(s Stats) uint64 { return s.Calls }},
+		{"agenthost_guest_failures_total", "Failed hook calls into a wasm guest (trap, deadline, error result, undeclared action), by module and hook.", func(s Stats) uint64 { return s.Failures }},
+		{"agenthost_guest_fallbacks_total", "Failed inputPolicy calls answered with the module's fallback decision, by module and hook.", func(s Stats) uint64 { return s.Fallbacks }},
+		{"agenthost_guest_instances_total", "Guest instances started, including replacements, by module and hook.", func(s Stats) uint64 { return s.Instances }},
+		{"agenthost_guest_instances_discarded_total", "Guest instances thrown away after a failed call, by module and hook.", func(s Stats) uint64 { return s.Discarded }},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", m.name, m.help, m.name)
-		for _, mod := range mods {
-			fmt.Fprintf(w, "%s{module=%q} %d\n", m.name, mod.gm.Name, m.v(mod.Stats()))
+		for i, k := range keys {
+			fmt.Fprintf(w, "%s{module=%q,hook=%q} %d\n", m.name, k.name, k.hook, m.v(stats[i]))
 		}
 	}
 }
