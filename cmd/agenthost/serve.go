@@ -95,8 +95,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// Exit statuses of serve besides exitOK (docs/config.md, "Exit status of
-// serve").
+// Exit statuses of serve besides exitOK (docs/config.md, "Shutdown and
+// exit status").
 const (
 	// exitServeFailed: the HTTP server failed while serving.
 	exitServeFailed = 1
@@ -107,6 +107,10 @@ const (
 	// exitKilled: a wait of the shutdown passed its bound (the runtime or
 	// the store driver did not stop): the driver was killed.
 	exitKilled = 4
+	// exitShutdownFailed: every run settled or was left for the next start,
+	// but a step of the shutdown failed (releasing the lease, closing the
+	// store driver).
+	exitShutdownFailed = 5
 )
 
 // Errors of serve's shutdown, mapped to exit statuses by serveStatus.
@@ -114,6 +118,7 @@ var (
 	errServeFailed = errors.New("the HTTP server failed")
 	errUnsettled   = errors.New("runs left unsettled at shutdown; the next start recovers them")
 	errStuck       = errors.New("the runtime did not stop within its bound")
+	errShutdown    = errors.New("the shutdown failed")
 )
 
 // serveStatus is the exit status of a serve that returned err.
@@ -127,6 +132,8 @@ func serveStatus(err error) int {
 		return exitUnsettled
 	case errors.Is(err, errServeFailed):
 		return exitServeFailed
+	case errors.Is(err, errShutdown):
+		return exitShutdownFailed
 	}
 	return exitUsage
 }
@@ -206,7 +213,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	defer func() {
 		cerr := closeDriver(d, cfg.DriverStopTimeout, log)
 		if cerr != nil && (err == nil || errors.Is(cerr, driverhost.ErrKilled)) {
-			err = errors.Join(cerr, err)
+			err = errors.Join(fmt.Errorf("%w: closing the store driver: %w", errShutdown, cerr), err)
 		}
 	}()
 	eng, err := wasm.NewEngine(ctx, wasm.EngineConfig{CacheDir: filepath.Join(cfg.Data, "wasm-cache")})
@@ -320,6 +327,9 @@ func closeRuntime(rt *host.Runtime, pd *driverhost.Driver, cfg Config, log *slog
 	var err error
 	if !c.rep.Settled {
 		err = fmt.Errorf("%w (%d active, %d queued)", errUnsettled, len(c.rep.Abandoned), len(c.rep.Queued))
+	}
+	if c.err != nil {
+		c.err = fmt.Errorf("%w: closing the runtime: %w", errShutdown, c.err)
 	}
 	return errors.Join(stuck, c.err, err)
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agenthost/agenthost/host/driverhost"
 )
 
 // runMainEnv makes the test binary run main1 (the agenthost command) when
@@ -343,6 +345,10 @@ func TestServeStatus(t *testing.T) {
 		{fmt.Errorf("x: %w", errServeFailed), exitServeFailed},
 		{fmt.Errorf("x: %w", errUnsettled), exitUnsettled},
 		{errors.Join(fmt.Errorf("x: %w", errUnsettled), fmt.Errorf("y: %w", errStuck)), exitKilled},
+		{fmt.Errorf("%w: closing the runtime: %w", errShutdown, errors.New("releasing the lease: store unavailable")), exitShutdownFailed},
+		{fmt.Errorf("%w: closing the store driver: %w", errShutdown, errors.New("broken pipe")), exitShutdownFailed},
+		{fmt.Errorf("%w: closing the store driver: %w", errShutdown, driverhost.ErrKilled), exitKilled},
+		{errors.Join(fmt.Errorf("%w: x", errShutdown), fmt.Errorf("y: %w", errUnsettled)), exitUnsettled},
 	} {
 		if got := serveStatus(c.err); got != c.want {
 			t.Errorf("serveStatus(%v) = %d, want %d", c.err, got, c.want)
