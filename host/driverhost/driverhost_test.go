@@ -447,3 +447,38 @@ func wholeBatch(th string, v int64) driver.Batch {
 		Idempotency: []record.Idempotency{{ThreadID: th, Key: fmt.Sprintf("key-%d", n), RunID: run, InputMessageID: run + "-in"}},
 	}
 }
+
+// TestKillDuringRelaunch: a Kill while a dead driver process is being
+// replaced (it does not wait for the relaunch) still ends the new process:
+// the driver stays killed.
+func TestKillDuringRelaunch(t *testing.T) {
+	ctx := context.Background()
+	d := launch(t, config(t, "memstore", ""))
+	if _, err := d.Commit(ctx, wholeBatch("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	driverhost.SetBeforePublish(d, d.Kill)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := d.Commit(ctx, wholeBatch("t", 1))
+		if err == nil {
+			t.Fatal("a commit succeeded after Kill: the relaunched driver survived it")
+		}
+		if !errors.Is(err, driver.ErrUnavailable) {
+			t.Fatalf("commit after Kill: %v, want ErrUnavailable", err)
+		}
+		if d.Starts() >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d.Starts() < 2 {
+		t.Fatal("the driver was not relaunched")
+	}
+	if _, err := d.Commit(ctx, wholeBatch("t", 1)); err == nil {
+		t.Fatal("a commit succeeded after Kill")
+	}
+}

@@ -63,6 +63,10 @@ type Driver struct {
 	// for mu (Close holds it while the driver closes).
 	proc   atomic.Pointer[os.Process]
 	killed atomic.Bool
+
+	// beforePublish, when set (by tests), runs in start just before the
+	// new subprocess is published to Kill.
+	beforePublish func()
 }
 
 // ErrKilled is the error of a Close that did not finish by its context's
@@ -190,7 +194,17 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	}
 	d.starts++
 	in := &instance{proc: cmd.Process, pc: pc, rpc: rpc, c: c, suspect: make(chan struct{})}
+	if d.beforePublish != nil {
+		d.beforePublish()
+	}
 	d.proc.Store(cmd.Process)
+	// Kill does not take mu: one that ran while this process started saw
+	// the previous one in proc and killed that. Either Kill sees the new
+	// process in proc or this sees killed set: the new one does not
+	// survive a Kill.
+	if d.killed.Load() {
+		return fail(fmt.Errorf("%w: driver %s was killed while it restarted", driver.ErrUnavailable, d.cfg.Path))
+	}
 	return in, nil
 }
 
