@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ func Serve(f Factory, opts ...ServeOption) {
 	}
 	stopProfile := driverrpc.StartProfile(logger)
 	srv := driverrpc.NewServer(f)
-	stop := func(why string) {
+	stop := onceStop(func(why string) {
 		logger.Info("ending the driver process", "reason", why)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
@@ -112,7 +113,7 @@ func Serve(f Factory, opts ...ServeOption) {
 			os.Exit(1)
 		}
 		os.Exit(0)
-	}
+	})
 	ppid := os.Getppid()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -140,4 +141,13 @@ func Serve(f Factory, opts ...ServeOption) {
 		logger.Error("closing the driver", "error", err)
 	}
 	stopProfile()
+}
+
+// onceStop returns a stop that runs end once. The parent-death signal and
+// the watch of the parent may both call it; end closes the store and exits,
+// so a second caller blocks until the process ends instead of exiting while
+// the store is still being closed.
+func onceStop(end func(why string)) func(why string) {
+	var once sync.Once
+	return func(why string) { once.Do(func() { end(why) }) }
 }
