@@ -1,7 +1,7 @@
 // Package httpapi serves the agenthost runtime over HTTP: JSON with
 // snake_case fields, errors as RFC 9457 problem details with a stable code,
 // run events as Server-Sent Events. docs/http-api.md describes every route;
-// openapi.yaml in this folder is checked against the routes by a test.
+// openapi.json in this folder is checked against the routes by a test.
 package httpapi
 
 import (

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,6 +75,9 @@ func TestReadyz(t *testing.T) {
 	ready(200, "")
 	d.down.Store(true)
 	ready(503, "store_unavailable")
+	if _, body := s.do(t, "GET", "/readyz", ""); strings.Contains(string(body), "no such file") {
+		t.Fatalf("readyz, with no token, shows the driver's error: %s", body)
+	}
 	d.down.Store(false)
 	ready(200, "")
 
