@@ -13,8 +13,9 @@ import (
 	"github.com/agenthost/agenthost/host/wasm"
 )
 
-// requireAll makes a missing toolchain a failure instead of a skip.
-var requireAll = os.Getenv("AGENTHOST_REQUIRE_ALL") != ""
+// requireAll (AGENTHOST_REQUIRE_ALL=1) makes a missing toolchain a failure
+// instead of a skip.
+var requireAll = os.Getenv("AGENTHOST_REQUIRE_ALL") == "1"
 
 func need(t *testing.T, ok bool, why string) {
 	t.Helper()
