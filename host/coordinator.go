@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,16 +28,22 @@ type coordinator struct {
 	running map[string]*runExec // thread → its executing run (reserved while it starts)
 	rekick  map[string]bool     // threads kicked while a worker held them
 	started map[string]record.Run
-	workers sync.WaitGroup
+	// reserved: threads whose admission may start a run in its commit,
+	// each holding a worker's slot until the run is handed off or the
+	// admission ends without it (by reservation id).
+	reserved map[string]uint64
+	lastRes  uint64
+	workers  sync.WaitGroup
 }
 
 func newCoordinator(workers int) *coordinator {
 	c := &coordinator{
-		max:     workers,
-		queued:  map[string]bool{},
-		running: map[string]*runExec{},
-		rekick:  map[string]bool{},
-		started: map[string]record.Run{},
+		max:      workers,
+		queued:   map[string]bool{},
+		running:  map[string]*runExec{},
+		rekick:   map[string]bool{},
+		started:  map[string]record.Run{},
+		reserved: map[string]uint64{},
 	}
 	c.cond = sync.NewCond(&c.mu)
 	return c
@@ -58,6 +65,10 @@ func (c *coordinator) start(work func(thread string, ex *runExec) (again bool)) 
 func (c *coordinator) kick(thread string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.kickLocked(thread)
+}
+
+func (c *coordinator) kickLocked(thread string) {
 	if c.closed || c.queued[thread] {
 		return
 	}
@@ -77,21 +88,59 @@ func (c *coordinator) isClosed() bool {
 	return c.closed
 }
 
-// idleWorker reports whether a worker is free to execute a run of the
-// thread at once: none holds the thread, and fewer threads wait or run than
-// there are workers. Only then does an admission start its run itself (a
-// run started with no worker free would sit active, not executing).
-func (c *coordinator) idleWorker(thread string) bool {
+// reserveIdle reserves a worker's slot for a run of the thread when one is
+// free to execute it at once: none holds, awaits or has reserved the
+// thread, and fewer threads wait, run or are reserved than there are
+// workers. Only then does an admission start its run itself (a run started
+// with no worker free would sit active, not executing, and more than
+// max runs would be active). It returns the reservation's id, 0 if none;
+// handOff or release gives the slot back.
+func (c *coordinator) reserveIdle(thread string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.closed && c.running[thread] == nil && !c.queued[thread] && len(c.running)+len(c.queue) < c.max
+	if c.closed || c.running[thread] != nil || c.queued[thread] || c.reserved[thread] != 0 ||
+		len(c.running)+len(c.queue)+len(c.reserved) >= c.max {
+		return 0
+	}
+	c.lastRes++
+	c.reserved[thread] = c.lastRes
+	return c.lastRes
 }
 
-// handOff gives a worker a run that its admission started.
-func (c *coordinator) handOff(run record.Run) {
+// release gives back the slot of reservation id, if handOff did not.
+func (c *coordinator) release(thread string, id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.started[run.ThreadID] = run
+	if id != 0 && c.reserved[thread] == id {
+		delete(c.reserved, thread)
+		c.cond.Signal() // a worker the reservation held back may go on
+	}
+}
+
+// handOff gives a worker a run that its admission started, and schedules
+// its thread ahead of the others: the reservation's slot becomes the
+// thread's place at the head of the queue in one step, so neither another
+// admission nor a worker taking a queued thread uses the slot in between.
+func (c *coordinator) handOff(run record.Run, id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	thread := run.ThreadID
+	c.started[thread] = run
+	if id != 0 && c.reserved[thread] == id {
+		delete(c.reserved, thread)
+	}
+	switch {
+	case c.closed:
+	case c.running[thread] != nil:
+		c.rekick[thread] = true
+	default:
+		if c.queued[thread] {
+			c.queue = slices.DeleteFunc(c.queue, func(t string) bool { return t == thread })
+		}
+		c.queued[thread] = true
+		c.queue = slices.Insert(c.queue, 0, thread)
+		c.cond.Signal()
+	}
 }
 
 // takeStarted returns the run an admission started on the thread, if any.
@@ -112,12 +161,14 @@ func (c *coordinator) dropStarted(thread, runID string) {
 	}
 }
 
-// next blocks until a thread waits for a worker, and reserves it; false once
-// the coordinator closes.
+// next blocks until a thread waits for a worker and no admission's
+// reservation holds this worker's slot, and reserves the thread; false once
+// the coordinator closes. Threads handed off by their admission are at the
+// head of the queue: the slots their reservations held go to them.
 func (c *coordinator) next() (string, *runExec, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.queue) == 0 && !c.closed {
+	for (len(c.queue) == 0 || len(c.running)+len(c.reserved) >= c.max) && !c.closed {
 		c.cond.Wait()
 	}
 	if c.closed {

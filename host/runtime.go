@@ -292,9 +292,12 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		return nil, ErrClosed
 	}
 	sub := store.Submission{ThreadID: threadID, Key: opts.IdempotencyKey, Content: input, Hint: opts.Hint, Metadata: opts.Metadata}
-	if rt.coord.idleWorker(threadID) {
+	res := rt.coord.reserveIdle(threadID)
+	if res != 0 {
 		sub.StartAs = rt.lease.owner() // an idle thread's run starts in the admission's commit
 	}
+	defer rt.coord.release(threadID, res) // unless handed off with its run
+
 	adm, err := rt.st.Admit(ctx, sub, rt.decide)
 	if err != nil {
 		if errors.Is(err, runstate.ErrBusy) {
@@ -337,7 +340,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		rt.coord.interrupt(threadID, adm.InterruptRunID)
 	}
 	if adm.Started != nil {
-		rt.coord.handOff(*adm.Started)
+		rt.coord.handOff(*adm.Started, res)
 	}
 	rt.coord.kick(threadID)
 	return t, nil
