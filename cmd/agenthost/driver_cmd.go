@@ -127,12 +127,12 @@ func runDriverRevoke(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	revoked, err := g.Revoke(pos[0])
+	for _, c := range revoked {
+		fmt.Fprintf(stdout, "revoked %s (%s)\n", c.Key, c.Source)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "agenthost:", err)
 		return exitFail
-	}
-	for _, c := range revoked {
-		fmt.Fprintf(stdout, "revoked %s (%s)\n", c.Key, c.Source)
 	}
 	return exitOK
 }

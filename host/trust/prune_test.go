@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/trust"
@@ -143,5 +144,51 @@ func TestPrune(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(cert.Binary)); !os.IsNotExist(err) {
 		t.Fatalf("revoked copy still there: %v", err)
+	}
+}
+
+// TestPruneWaitsForCertification: a prune does not remove what a
+// certification in another process is writing (its incoming copy, its
+// scratch data): it waits for the lock certifications hold on the
+// gate's directory.
+func TestPruneWaitsForCertification(t *testing.T) {
+	g, _ := gate(t, trust.Options{})
+	incoming := filepath.Join(g.Dir(), "sha256", "incoming-123")
+	if err := os.MkdirAll(incoming, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The certifying process: another open of the directory, locked.
+	f, err := os.Open(g.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Prune(trust.PruneOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("prune ran during a certification: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := os.Stat(incoming); err != nil {
+		t.Fatalf("the certification's incoming copy: %v", err)
+	}
+	f.Close() // the certification ends
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("prune still waiting after the certification ended")
+	}
+	if _, err := os.Stat(incoming); !os.IsNotExist(err) {
+		t.Fatalf("a leftover incoming copy after prune: %v", err)
 	}
 }

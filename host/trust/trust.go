@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agenthost/agenthost/conformance"
@@ -149,7 +150,9 @@ func Open(dataDir string, opts Options) (*Gate, error) {
 // permission: earlier versions made them read-only (0500), which stopped
 // an ordinary rm -rf of the data directory by its owner. The copies
 // themselves stay read-only; the checksum pinned at every launch is what
-// refuses a modified one.
+// refuses a modified one. It does what it may: on a directory the caller
+// cannot write (driver list, prune --dry-run by another user) Open still
+// succeeds.
 func (g *Gate) ownerWritableDirs() {
 	dirs, _ := filepath.Glob(filepath.Join(g.dir, "sha256", "*"))
 	for _, d := range dirs {
@@ -157,6 +160,22 @@ func (g *Gate) ownerWritableDirs() {
 			_ = os.Chmod(d, 0o700)
 		}
 	}
+}
+
+// lockDir takes an exclusive flock on the gate's directory, held by
+// certifications, revokes and prunes of every process on the data
+// directory: a prune must not remove the copy or the scratch data of a
+// certification in another process. It returns the unlock.
+func (g *Gate) lockDir() (func(), error) {
+	f, err := os.Open(g.dir)
+	if err != nil {
+		return nil, fmt.Errorf("trust: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trust: locking %s: %w", g.dir, err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
 }
 
 // Dir is the directory the gate keeps its trust file and binaries in.
@@ -223,6 +242,11 @@ func (g *Gate) List() ([]Certificate, error) {
 func (g *Gate) Revoke(key string) ([]Certificate, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	unlock, err := g.lockDir()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	certs, err := g.load()
 	if err != nil {
 		return nil, err
@@ -242,12 +266,15 @@ func (g *Gate) Revoke(key string) ([]Certificate, error) {
 		return nil, err
 	}
 	// A copy no certificate names any more is never launched again.
+	var errs []error
 	for _, c := range gone {
 		if !slices.ContainsFunc(kept, func(k Certificate) bool { return k.SHA256 == c.SHA256 }) {
-			g.removeCopy(c.SHA256)
+			if err := g.removeCopy(c.SHA256); err != nil {
+				errs = append(errs, fmt.Errorf("trust: the certificate is revoked, but its copy was not removed (driver prune retries): %w", err))
+			}
 		}
 	}
-	return gone, nil
+	return gone, errors.Join(errs...)
 }
 
 // PruneOptions say what Prune removes besides the copies no certificate
@@ -268,7 +295,8 @@ type PruneOptions struct {
 type Pruned struct {
 	// Certificates are the stale certificates removed.
 	Certificates []Certificate
-	// Copies are the directories of binary copies removed.
+	// Copies are the directories of binary copies removed; those that
+	// could not be are in Prune's error, not here.
 	Copies []string
 	// Bytes is the size of the copies.
 	Bytes int64
@@ -278,11 +306,19 @@ type Pruned struct {
 // names (left by an older version's revoke or an interrupted
 // certification) and the leftovers of certifications (scratch data,
 // incomplete copies); with opts.Stale also the certificates this host can
-// no longer use. A concurrent certification in another process may lose
-// its scratch data: prune when no server is certifying.
+// no longer use. It waits for a certification in progress, in this process
+// or another on the same data directory, to end first: their copies and
+// scratch data are theirs until then.
 func (g *Gate) Prune(opts PruneOptions) (Pruned, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !opts.DryRun {
+		unlock, err := g.lockDir()
+		if err != nil {
+			return Pruned{}, err
+		}
+		defer unlock()
+	}
 	certs, err := g.load()
 	if err != nil {
 		return Pruned{}, err
@@ -320,12 +356,18 @@ func (g *Gate) Prune(opts PruneOptions) (Pruned, error) {
 		}
 	}
 	var errs []error
+	removed := out.Copies[:0]
 	for _, d := range out.Copies {
+		size := dirSize(d)
 		_ = os.Chmod(d, 0o700)
 		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("trust: removing copy %s: %w", d, err))
+			out.Bytes -= size
+			continue
 		}
+		removed = append(removed, d)
 	}
+	out.Copies = removed
 	if err := os.RemoveAll(filepath.Join(g.dir, "scratch")); err != nil {
 		errs = append(errs, err)
 	}
@@ -353,10 +395,10 @@ func dirSize(dir string) int64 {
 }
 
 // removeCopy removes the copy of the binary with checksum sum.
-func (g *Gate) removeCopy(sum string) {
+func (g *Gate) removeCopy(sum string) error {
 	dir := filepath.Join(g.dir, "sha256", sum)
 	_ = os.Chmod(dir, 0o700)
-	_ = os.RemoveAll(dir)
+	return os.RemoveAll(dir)
 }
 
 // resolved is a source with its binary and checksum.
@@ -497,6 +539,11 @@ func (g *Gate) Certify(ctx context.Context, src Source) (Certificate, *conforman
 func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string, always bool) (Certificate, *conformance.Report, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	unlock, err := g.lockDir()
+	if err != nil {
+		return Certificate{}, nil, err
+	}
+	defer unlock()
 	r, err := g.resolve(src, launch)
 	if err != nil {
 		return Certificate{}, nil, err
@@ -554,7 +601,9 @@ func (g *Gate) dropCopy(r *resolved) {
 	if slices.ContainsFunc(certs, func(c Certificate) bool { return c.SHA256 == r.sum }) {
 		return
 	}
-	g.removeCopy(r.sum)
+	if err := g.removeCopy(r.sum); err != nil {
+		g.opts.Logger.Warn("removing the copy of a refused driver (driver prune retries)", "sha256", r.sum, "error", err)
+	}
 }
 
 // Lookup returns the current certificate of src: one for its binary's
