@@ -104,6 +104,11 @@ type Batch struct {
 	// Idempotency records are inserted; one whose (ThreadID, Key) exists is
 	// ErrVersionConflict (a concurrent admission won the key).
 	Idempotency []record.Idempotency
+	// Steps are appended to their runs' step logs (see StepStore); each
+	// must be the next Seq of its run, else nothing is written and the
+	// commit is ErrVersionConflict. A driver that does not implement
+	// StepStore refuses a batch with steps with ErrInvalidArgument.
+	Steps []record.Step
 	// Fence, when not 0, is the lease epoch of the committing host: the
 	// commit is applied only under the rules of Leaser (the lease is live and
 	// the thread is not owned by another live lease). A driver without
@@ -118,6 +123,55 @@ const ProtocolVersion = 1
 // committed batch: the server of the protocol, in the driver process,
 // refuses a larger one with ErrTooLarge before the driver sees it.
 const MaxBatchBytes = 8 << 20
+
+// StepStore is implemented by a driver that keeps step records (protocol
+// version 2; Info.ProtocolVersion reports it across the plugin boundary).
+// A driver that does not implement it still works: the host then restarts
+// a recovered run from its first step, and takes nothing by injection.
+type StepStore interface {
+	// CommitSteps appends steps to one run's step log without changing the
+	// thread's version, so that it never makes an admission to the thread
+	// retry. It is applied atomically, and only if, checked inside its own
+	// transaction:
+	//
+	//  1. the run's stored record has State active, and the Owner and
+	//     Attempt of b;
+	//  2. each step is the next Seq of the run's log (the first one after
+	//     the last stored, then consecutive);
+	//  3. when b.Fence is not 0, the lease b.Fence is live and owns the
+	//     thread (Leaser's rules, without changing the owner).
+	//
+	// Otherwise nothing is written and it returns ErrVersionConflict (1, 2)
+	// or ErrFenced (3). As with Commit, a durable driver's steps are
+	// durable when it returns nil.
+	CommitSteps(ctx context.Context, b StepBatch) error
+
+	// ReadSteps returns up to limit steps of the run with Seq > afterSeq,
+	// in Seq order. An empty result means the end; an unknown run has no
+	// steps.
+	ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error)
+}
+
+// StepBatch is one CommitSteps call: steps of one active run.
+type StepBatch struct {
+	ThreadID string
+	RunID    string
+	// Owner and Attempt are the run's, as its executor started it.
+	Owner   string
+	Attempt int
+	// Fence, when not 0, is the lease epoch of the committing host.
+	Fence int64
+	Steps []record.Step
+}
+
+// ThreadLister is implemented by a driver that can list its threads
+// (protocol version 2).
+type ThreadLister interface {
+	// ListThreads returns up to limit thread headers whose ID sorts after
+	// the cursor `after` (byte order), in ID order. The empty cursor starts
+	// at the beginning; an empty result means the end.
+	ListThreads(ctx context.Context, after string, limit int) ([]record.Thread, error)
+}
 
 // ManyCommitter is an optional interface of a driver, found by type
 // assertion, like Leaser: it commits several batches, each on its own, and

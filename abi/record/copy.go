@@ -15,7 +15,18 @@ func CloneThread(t Thread) Thread {
 // CloneRun returns a copy of r that shares no memory with it.
 func CloneRun(r Run) Run {
 	r.InputMessageIDs = slices.Clone(r.InputMessageIDs)
+	r.TranscriptIDs = slices.Clone(r.TranscriptIDs)
 	return r
+}
+
+// CloneStep returns a copy of s that shares no memory with it.
+func CloneStep(s Step) Step {
+	s.Message = CloneMessage(s.Message)
+	s.Taken = slices.Clone(s.Taken)
+	for i := range s.Taken {
+		s.Taken[i].InputMessageIDs = slices.Clone(s.Taken[i].InputMessageIDs)
+	}
+	return s
 }
 
 // CloneMessage returns a copy of m that shares no memory with it.
@@ -44,6 +55,24 @@ func NormalizeRun(x Run) Run {
 	x.CreatedAt, x.StartedAt, x.EndedAt = normTime(x.CreatedAt), normTime(x.StartedAt), normTime(x.EndedAt)
 	if len(x.InputMessageIDs) == 0 {
 		x.InputMessageIDs = nil
+	}
+	if len(x.TranscriptIDs) == 0 {
+		x.TranscriptIDs = nil
+	}
+	return x
+}
+
+// NormalizeStep normalizes a step record.
+func NormalizeStep(x Step) Step {
+	x.CreatedAt = normTime(x.CreatedAt)
+	x.Message = NormalizeMessage(x.Message)
+	if len(x.Taken) == 0 {
+		x.Taken = nil
+	}
+	for i := range x.Taken {
+		if len(x.Taken[i].InputMessageIDs) == 0 {
+			x.Taken[i].InputMessageIDs = nil
+		}
 	}
 	return x
 }

@@ -95,6 +95,17 @@ type Run struct {
 	// AbsorbedIntoRunID points at the completed run that answered this run's
 	// inputs; set only with TerminalReason absorbed.
 	AbsorbedIntoRunID string
+	// TakenBy names the active run that durably took this queued run's
+	// inputs at a step boundary (see Step and StepTake). While it is set the
+	// run cannot be canceled on its own and no input coalesces into it; it
+	// is cleared when the taking run ends without completing.
+	TakenBy string
+	// TranscriptIDs is set on a completed run whose conversation is not its
+	// inputs followed by its outputs: the ids of its messages in the order
+	// the model saw them (its inputs, then model and tool messages, with the
+	// inputs it took placed at the boundary that took them, then the
+	// answer). Empty means inputs first, then outputs in history order.
+	TranscriptIDs []string
 	// Attempt counts executions: 1 at admission, +1 at every recovery.
 	Attempt int
 	// Owner is the host epoch executing the run while it is active.
@@ -148,6 +159,65 @@ type Message struct {
 	Hint string
 	// Metadata is the submitter's metadata (user messages only).
 	Metadata  map[string]string
+	CreatedAt time.Time
+}
+
+// StepKind says what a step record holds.
+type StepKind string
+
+// The step kinds.
+const (
+	// StepModel: the model's message ending one model call (Message, role
+	// assistant, with the tool calls it asked for, if any).
+	StepModel StepKind = "model"
+	// StepTool: the result of one tool call (Message, role tool).
+	StepTool StepKind = "tool"
+	// StepTake: inputs of queued runs taken by injection at a boundary
+	// (Taken), before the model call that sees them.
+	StepTake StepKind = "take"
+)
+
+// Valid reports whether k is one of the known step kinds.
+func (k StepKind) Valid() bool {
+	switch k {
+	case StepModel, StepTool, StepTake:
+		return true
+	}
+	return false
+}
+
+// Take is what one step record took from one queued run: all its inputs.
+type Take struct {
+	RunID           string
+	InputMessageIDs []string
+}
+
+// Step is one durable record of a run's progress, written as soon as it is
+// known, so that a recovered run continues from where it stopped instead of
+// starting again. The steps of a run form a log: Seq is 1, 2, ... within
+// the run, with no gap, and a step is never changed once written.
+//
+// Steps are not history: a thread's history holds a run's messages only
+// once the run completes. A run that did not complete keeps its steps for
+// inspection.
+type Step struct {
+	// ID is unique in the store, so that a host whose commit reply was lost
+	// can tell by reading whether it was applied.
+	ID       string
+	RunID    string
+	ThreadID string
+	Seq      int64
+	// Attempt is the run's attempt that wrote the step.
+	Attempt int
+	// Model is the model step (0, 1, ...) the record belongs to: its model
+	// message, the results of the calls that message asked for, and the
+	// inputs taken at the boundary before it.
+	Model int
+	Kind  StepKind
+	// Message is set for StepModel and StepTool.
+	Message Message
+	// Taken is set for StepTake, in the order taken.
+	Taken     []Take
 	CreatedAt time.Time
 }
 
