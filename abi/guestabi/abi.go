@@ -27,6 +27,10 @@ const (
 	// declares HookPrepareStep. Reads a StepRequest as JSON, returns a packed
 	// result whose body is a StepResult as JSON.
 	ExportPrepareStep = "agenthost_prepare_step"
+	// ExportToolPolicy: (ptr i32, len i32) -> i64. Required when the
+	// manifest declares HookToolPolicy. Reads a binary ToolRequest, returns a
+	// packed result whose body is a binary ToolDecision.
+	ExportToolPolicy = "agenthost_tool_policy"
 	// ExportMemory is the guest's linear memory. It must be exported.
 	ExportMemory = "memory"
 	// ExportInitialize is the WASI reactor initializer. If the guest exports
@@ -88,6 +92,7 @@ func Unpack(v uint64) (ptr, length uint32) { return uint32(v >> 32), uint32(v) }
 const (
 	HookInputPolicy = "inputPolicy"
 	HookPrepareStep = "prepareStep"
+	HookToolPolicy  = "toolPolicy"
 )
 
 // Action names, as they appear in Manifest.Actions.
@@ -157,7 +162,7 @@ const (
 	// MaxModuleBytes bounds the size of a module file: a larger one is
 	// refused at load.
 	MaxModuleBytes = 32 << 20
-	// MaxRequestBytes bounds an inputPolicy or prepareStep request, and the
+	// MaxRequestBytes bounds a request of any hook, and the
 	// configuration blob: a larger one fails the call (fallback) without
 	// calling the guest.
 	MaxRequestBytes = 16 << 20
