@@ -1,10 +1,11 @@
-// Package wasm loads inputPolicy and prepareStep extensions compiled to
-// WebAssembly (ABI v1, abi/guestabi/SPEC.md) and runs them sandboxed on
-// wazero.
+// Package wasm loads inputPolicy, prepareStep and toolPolicy extensions
+// compiled to WebAssembly (ABI v1, abi/guestabi/SPEC.md) and runs them
+// sandboxed on wazero.
 //
 // Start with Engine: NewEngine creates the wazero runtime (memory cap,
 // interruptible calls, the on-disk compilation cache) and Engine.Load turns a
-// module into a *Module, which implements policy.Policy and step.Hook.
+// module into a *Module, which implements policy.Policy and step.Hook;
+// Module.ToolPolicy returns its toolpolicy.Policy.
 //
 // Loading checks, in order: the bytes are a wasm module; it exports
 // agenthost_abi_version with the right signature; every function it imports
@@ -23,7 +24,8 @@
 // declare is a failure: the instance is discarded (except for bad output),
 // Options.OnFailure and the logger hear of it, Stats counts it, and the call
 // returns the fallback (Options.Fallback, queue by default, for inputPolicy;
-// the unchanged settings for prepareStep) with a nil error. A guest never
+// the unchanged settings for prepareStep) with a nil error; for toolPolicy,
+// Options.ToolFallback (ask by default) in a *toolpolicy.FallbackError. A guest never
 // brings the host down.
 //
 // Check and RunCases are the logic of `agenthost policy check` and

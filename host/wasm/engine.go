@@ -151,6 +151,7 @@ var (
 		guestabi.ExportManifest:    {nil, []api.ValueType{i64}},
 		guestabi.ExportInputPolicy: {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
 		guestabi.ExportPrepareStep: {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
+		guestabi.ExportToolPolicy:  {[]api.ValueType{i32, i32}, []api.ValueType{i64}},
 		guestabi.ExportInitialize:  {nil, nil},
 	}
 	logSig = sig{[]api.ValueType{i32, i32, i32}, nil}

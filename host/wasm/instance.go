@@ -22,6 +22,7 @@ type instance struct {
 	alloc  api.Function
 	policy api.Function
 	step   api.Function
+	tool   api.Function
 	// region is the guest buffer agenthost_alloc returned, of regionCap bytes.
 	region, regionCap uint32
 	stack             [2]uint64
@@ -50,6 +51,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		alloc:  mod.ExportedFunction(guestabi.ExportAlloc),
 		policy: mod.ExportedFunction(guestabi.ExportInputPolicy),
 		step:   mod.ExportedFunction(guestabi.ExportPrepareStep),
+		tool:   mod.ExportedFunction(guestabi.ExportToolPolicy),
 		output: out,
 	}
 	if err := inst.start(lctx, m.opts.Config, m.hasInit); err != nil {

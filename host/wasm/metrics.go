@@ -9,10 +9,11 @@ import (
 const (
 	HookPolicy      = "policy"
 	HookPrepareStep = "prepare_step"
+	HookToolPolicy  = "tool_policy"
 )
 
-// Hooked is a module and the hook it is loaded for (HookPolicy or
-// HookPrepareStep).
+// Hooked is a module and the hook it is loaded for (HookPolicy,
+// HookPrepareStep or HookToolPolicy).
 type Hooked struct {
 	Hook   string
 	Module *Module
@@ -20,11 +21,11 @@ type Hooked struct {
 
 // WriteMetrics writes the counters of the given modules in the Prometheus
 // text format, labelled by the guest's manifest name (which Load restricts
-// to [A-Za-z0-9._-]) and the hook: calls, failed calls, inputPolicy
-// fallbacks, instances started and thrown away. A module listed twice is
-// counted once, and modules sharing a name and a hook (one guest loaded as
-// two prepareStep hooks) are summed into one series: Prometheus rejects a
-// scrape with the same series twice.
+// to [A-Za-z0-9._-]) and the hook: calls, failed calls, inputPolicy and
+// toolPolicy fallbacks, instances started and thrown away. A module listed
+// twice is counted once, and modules sharing a name and a hook (one guest
+// loaded as two prepareStep hooks) are summed into one series: Prometheus
+// rejects a scrape with the same series twice.
 func WriteMetrics(w io.Writer, mods []Hooked) {
 	type key struct{ name, hook string }
 	var keys []key
@@ -59,7 +60,7 @@ func WriteMetrics(w io.Writer, mods []Hooked) {
 	for _, m := range []metric{
 		{"agenthost_guest_calls_total", "Hook calls into a wasm guest, by module and hook.", func(s Stats) uint64 { return s.Calls }},
 		{"agenthost_guest_failures_total", "Failed hook calls into a wasm guest (trap, deadline, error result, undeclared action), by module and hook.", func(s Stats) uint64 { return s.Failures }},
-		{"agenthost_guest_fallbacks_total", "Failed inputPolicy calls answered with the module's fallback decision, by module and hook.", func(s Stats) uint64 { return s.Fallbacks }},
+		{"agenthost_guest_fallbacks_total", "Failed inputPolicy and toolPolicy calls answered with the module's fallback decision, by module and hook.", func(s Stats) uint64 { return s.Fallbacks }},
 		{"agenthost_guest_instances_total", "Guest instances started, including replacements, by module and hook.", func(s Stats) uint64 { return s.Instances }},
 		{"agenthost_guest_instances_discarded_total", "Guest instances thrown away after a failed call, by module and hook.", func(s Stats) uint64 { return s.Discarded }},
 	} {

@@ -21,6 +21,7 @@ import (
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/step"
+	"github.com/agenthost/agenthost/host/toolpolicy"
 )
 
 // Defaults for Options.
@@ -52,22 +53,28 @@ type Options struct {
 	// OnFailure, if set, is called for every failed call, after the fallback
 	// is chosen and before it is returned.
 	OnFailure func(Failure)
+	// ToolFallback is the decision a failed toolPolicy call returns. Zero:
+	// ask, with a prompt of the host's. An empty prompt or message is
+	// filled in by the host.
+	ToolFallback toolpolicy.Decision
 }
 
 // Failure describes a failed guest call.
 type Failure struct {
 	Module string // the guest's manifest name
-	Hook   string // guestabi.HookInputPolicy or guestabi.HookPrepareStep
+	Hook   string // guestabi.HookInputPolicy, HookPrepareStep or HookToolPolicy
 	Err    error
 	// Fallback is the decision returned instead (inputPolicy only).
 	Fallback runstate.Decision
+	// ToolFallback is the decision returned instead (toolPolicy only).
+	ToolFallback toolpolicy.Decision
 }
 
 // Stats are a module's counters.
 type Stats struct {
 	Calls     uint64 // hook calls
 	Failures  uint64 // failed calls (both hooks)
-	Fallbacks uint64 // failed inputPolicy calls, answered with the fallback
+	Fallbacks uint64 // failed inputPolicy and toolPolicy calls, answered with the fallback
 	Instances uint64 // instances started, including replacements
 	Discarded uint64 // instances thrown away after a failure
 }
@@ -114,6 +121,9 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 	}
 	if !opts.Fallback.Action.Valid() {
 		return nil, fmt.Errorf("wasm: fallback action %q is not an action", opts.Fallback.Action)
+	}
+	if err := normToolFallback(&opts.ToolFallback); err != nil {
+		return nil, err
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = DefaultCallTimeout
@@ -205,6 +215,8 @@ func checkManifest(gm guestabi.Manifest, exports map[string]api.FunctionDefiniti
 			export = guestabi.ExportInputPolicy
 		case guestabi.HookPrepareStep:
 			export = guestabi.ExportPrepareStep
+		case guestabi.HookToolPolicy:
+			export = guestabi.ExportToolPolicy
 		default:
 			return invalid("manifest declares unknown hook %q", h)
 		}

@@ -1,0 +1,155 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/guestabi"
+	"github.com/agenthost/agenthost/host/toolpolicy"
+)
+
+func toolCall(name string) toolpolicy.Call {
+	return toolpolicy.Call{Tool: name, Server: "fs", Arguments: `{"path":"/tmp/x"}`, CallID: "call_1",
+		IdempotencyKey: "r-1/step0/0", Step: 1, RunID: "r-1", ThreadID: "t-1"}
+}
+
+func isToolFallback(err error, d toolpolicy.Decision) bool {
+	var fb *toolpolicy.FallbackError
+	return errors.As(err, &fb) && fb.Decision == d
+}
+
+// TestToolPolicyFailures: every way a toolPolicy call can fail is answered
+// with the fallback (ask by default), reported and counted; the host goes
+// on with the next call.
+func TestToolPolicyFailures(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	var failures []Failure
+	m := load(t, e, hostile("tooltricks"), Options{MaxInstances: 1, CallTimeout: time.Second,
+		OnFailure: func(f Failure) { failures = append(failures, f) }})
+	if m.HasHook(guestabi.HookInputPolicy) || m.ToolPolicy() == nil {
+		t.Fatalf("hooks %v", m.GuestManifest().Hooks)
+	}
+	for _, c := range []struct{ tool, err string }{
+		{"loop", "deadline exceeded"},
+		{"trap", "unreachable"},
+		{"bad", "unknown decision code"},
+		{"approvals", "more than 16 approvals"},
+		{"error", "bad tool config"},
+		{"outside", "outside memory"},
+	} {
+		failures = nil
+		d, err := m.DecideTool(context.Background(), toolCall(c.tool))
+		if !isToolFallback(err, d) || d.Verdict != toolpolicy.Ask || d.Approvals != 1 ||
+			!containsAll(d.Prompt, "tooltricks failed", `"`+c.tool+`"`) || d.Check() != nil {
+			t.Errorf("%s: %+v %v", c.tool, d, err)
+		}
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: error %v, want it to say %q", c.tool, err, c.err)
+		}
+		if len(failures) != 1 || failures[0].Hook != guestabi.HookToolPolicy || failures[0].ToolFallback != d || failures[0].Module != "tooltricks" {
+			t.Errorf("%s: failures %+v", c.tool, failures)
+		}
+		// The next call is answered by the guest.
+		if d, err := m.DecideTool(context.Background(), toolCall("fine")); err != nil || d != (toolpolicy.Decision{Verdict: toolpolicy.Allow}) {
+			t.Errorf("after %s: %+v %v", c.tool, d, err)
+		}
+	}
+	// Traps, the deadline and a result outside memory throw the instance
+	// away; a bad decision or an error result does not.
+	if st := m.Stats(); st.Calls != 12 || st.Failures != 6 || st.Fallbacks != 6 || st.Discarded != 3 {
+		t.Errorf("stats %+v", st)
+	}
+	var b strings.Builder
+	WriteMetrics(&b, []Hooked{{Hook: HookToolPolicy, Module: m}})
+	for _, line := range []string{
+		`agenthost_guest_calls_total{module="tooltricks",hook="tool_policy"} 12`,
+		`agenthost_guest_failures_total{module="tooltricks",hook="tool_policy"} 6`,
+		`agenthost_guest_fallbacks_total{module="tooltricks",hook="tool_policy"} 6`,
+	} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("metrics lack %s:\n%s", line, b.String())
+		}
+	}
+}
+
+func TestToolPolicyDecisions(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	m := load(t, e, hostile("tooltricks"), Options{})
+	ctx := context.Background()
+	d, err := m.DecideTool(ctx, toolCall("noisy"))
+	if err != nil || d.Verdict != toolpolicy.Ask || d.Approvals != 1 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	// The guest's prompt is made safe and cut: no control characters reach
+	// a person's screen, and the decision stays valid.
+	if strings.ContainsAny(d.Prompt, "\n\x1b\x00") || !strings.HasPrefix(d.Prompt, `\x1b[31mred\x0aline\x00`) ||
+		!strings.HasSuffix(d.Prompt, "(5996 bytes)") || len(d.Prompt) > toolpolicy.MaxText || d.Check() != nil {
+		t.Errorf("prompt of %d bytes: %.60q … %q", len(d.Prompt), d.Prompt, d.Prompt[max(0, len(d.Prompt)-20):])
+	}
+	// Empty texts are the host's, naming the tool (made safe).
+	if d, err := m.DecideTool(ctx, toolCall("drop\ntable")); err != nil || d.Verdict != toolpolicy.Deny || d.Message != `The tool "drop\\x0atable" was not run: the tool policy denied the call.` {
+		t.Errorf("deny: %+v %v", d, err)
+	}
+	if d, err := m.DecideTool(ctx, toolCall("query")); err != nil || d.Verdict != toolpolicy.Ask || d.Prompt != `Run "query"?` || d.Approvals != 1 {
+		t.Errorf("ask: %+v %v", d, err)
+	}
+	if d, err := m.DecideTool(ctx, toolpolicy.Call{}); err != nil || d.Verdict != toolpolicy.Allow {
+		t.Errorf("empty call: %+v %v", d, err)
+	}
+	if _, err := m.DecideTool(ctx, toolpolicy.Call{Tool: "x", Step: -1}); err == nil {
+		t.Error("step -1 decided")
+	}
+	big := toolCall("fine")
+	big.Arguments = strings.Repeat("x", guestabi.MaxRequestBytes)
+	if d, err := m.DecideTool(ctx, big); !isToolFallback(err, d) || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Errorf("oversized request: %+v %v", d, err)
+	}
+}
+
+func TestToolFallbackConfigured(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	deny := load(t, e, hostile("tooltricks"), Options{ToolFallback: toolpolicy.Decision{Verdict: toolpolicy.Deny}})
+	d, err := deny.DecideTool(context.Background(), toolCall("trap"))
+	if !isToolFallback(err, d) || d.Verdict != toolpolicy.Deny || d.Message != `The tool "trap" was not run: the tool policy failed to decide.` {
+		t.Errorf("deny fallback: %+v %v", d, err)
+	}
+	own := toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "Policy down; approve?", Approvals: 2}
+	ask := load(t, e, hostile("tooltricks"), Options{ToolFallback: own})
+	if d, err := ask.DecideTool(context.Background(), toolCall("trap")); !isToolFallback(err, d) || d != own {
+		t.Errorf("own fallback: %+v %v", d, err)
+	}
+	allow := load(t, e, hostile("tooltricks"), Options{ToolFallback: toolpolicy.Decision{Verdict: toolpolicy.Allow}})
+	if d, err := allow.DecideTool(context.Background(), toolCall("trap")); !isToolFallback(err, d) || d != (toolpolicy.Decision{Verdict: toolpolicy.Allow}) {
+		t.Errorf("allow fallback: %+v %v", d, err)
+	}
+	for _, fb := range []toolpolicy.Decision{{Verdict: "maybe"}, {Verdict: toolpolicy.Allow, Approvals: 2}, {Verdict: toolpolicy.Ask, Approvals: 17}} {
+		if _, err := e.LoadFile(context.Background(), hostile("tooltricks"), Options{ToolFallback: fb}); err == nil {
+			t.Errorf("fallback %+v loaded", fb)
+		}
+	}
+}
+
+// TestToolPolicyLoad: the hook needs its export with its signature; a guest
+// without the hook loads as before and has no tool policy.
+func TestToolPolicyLoad(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	for name, want := range map[string]string{
+		"toolnoexport": "does not export agenthost_tool_policy",
+		"toolbadsig":   "export agenthost_tool_policy has signature (i32, i32) -> (i32)",
+	} {
+		_, err := e.LoadFile(context.Background(), hostile(name), Options{})
+		if !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", name, err, want)
+		}
+	}
+	m := load(t, e, hostile("sometimes"), Options{})
+	if m.ToolPolicy() != nil {
+		t.Error("inputPolicy guest has a tool policy")
+	}
+	if _, err := m.DecideTool(context.Background(), toolCall("x")); err != ErrNoHook {
+		t.Errorf("DecideTool on an inputPolicy guest: %v", err)
+	}
+}
