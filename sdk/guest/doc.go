@@ -1,5 +1,5 @@
-// Package guest is the Go SDK for agenthost wasm guests: inputPolicy and
-// prepareStep extensions compiled with
+// Package guest is the Go SDK for agenthost wasm guests: inputPolicy,
+// prepareStep and toolPolicy extensions compiled with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o policy.wasm .
 //

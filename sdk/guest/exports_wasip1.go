@@ -128,6 +128,29 @@ func prepareStep(ptr, n uint32) uint64 {
 	return result(appendStepResult(append(out[:0], guestabi.StatusOK), &res))
 }
 
+//go:wasmexport agenthost_tool_policy
+func toolPolicy(ptr, n uint32) uint64 {
+	var d guestabi.ToolDecision
+	err := protect(func() error {
+		if registered == nil || registered.ToolPolicy == nil {
+			return errNoHook
+		}
+		var r guestabi.ToolRequest
+		if err := guestabi.DecodeToolRequest(input(ptr, n), &r); err != nil {
+			return err
+		}
+		var err error
+		if d, err = registered.ToolPolicy(&r); err != nil {
+			return err
+		}
+		return guestabi.ValidToolDecision(d)
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return result(guestabi.AppendToolDecision(out[:0], d))
+}
+
 // manifest returns the manifest of the registered guest.
 func manifest() (guestabi.Manifest, error) {
 	g := registered
@@ -140,6 +163,9 @@ func manifest() (guestabi.Manifest, error) {
 	}
 	if g.PrepareStep != nil {
 		m.Hooks = append(m.Hooks, guestabi.HookPrepareStep)
+	}
+	if g.ToolPolicy != nil {
+		m.Hooks = append(m.Hooks, guestabi.HookToolPolicy)
 	}
 	return m, nil
 }

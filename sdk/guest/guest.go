@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
+	"github.com/agenthost/agenthost/internal/jsonlite"
 )
 
 // Actions.
@@ -12,6 +13,13 @@ const (
 	Inject    = guestabi.ActionInject
 	Interrupt = guestabi.ActionInterrupt
 	Reject    = guestabi.ActionReject
+)
+
+// Tool decisions.
+const (
+	Allow = guestabi.ToolAllow
+	Deny  = guestabi.ToolDeny
+	Ask   = guestabi.ToolAsk
 )
 
 type (
@@ -29,9 +37,14 @@ type (
 	StepSettings = guestabi.StepSettings
 	// Message is a prompt message.
 	Message = guestabi.Message
+	// ToolRequest is a toolPolicy request: the tool call to decide.
+	ToolRequest = guestabi.ToolRequest
+	// ToolDecision is a toolPolicy decision.
+	ToolDecision = guestabi.ToolDecision
 )
 
-// Guest describes a guest. Set InputPolicy, PrepareStep or both.
+// Guest describes a guest. Set any of InputPolicy, PrepareStep and
+// ToolPolicy; the manifest declares the hooks that are set.
 type Guest struct {
 	Name    string
 	Version string
@@ -47,6 +60,12 @@ type Guest struct {
 	// PrepareStep rewrites a step's settings. Start the result from the
 	// request's settings: the host replaces every setting with the result's.
 	PrepareStep func(*StepRequest) (StepResult, error)
+	// ToolPolicy decides whether a tool call the model asked for runs
+	// (Allow), is refused with a message the model sees (Deny), or waits for
+	// people to approve it (Ask, with a prompt and the number of approvals,
+	// 0 meaning 1). A decision that is not valid (guestabi.ValidToolDecision)
+	// is reported to the host as an error, which then uses its fallback.
+	ToolPolicy func(*ToolRequest) (ToolDecision, error)
 }
 
 var registered *Guest
@@ -134,3 +153,15 @@ const (
 
 // Log writes a message to the host's log.
 func Log(level int, msg string) { hostLog(int32(level), msg) }
+
+// ParseArguments parses a tool call's arguments (ToolRequest.Arguments, the
+// JSON text the model produced) into plain values: map[string]any for an
+// object, []any, string, float64, bool or nil. Arguments that are not JSON
+// are an error.
+func ParseArguments(args string) (any, error) {
+	v, err := jsonlite.Parse([]byte(args))
+	if err != nil {
+		return nil, errorString("arguments: " + err.Error())
+	}
+	return v, nil
+}
