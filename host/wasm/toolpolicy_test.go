@@ -153,3 +153,54 @@ func TestToolPolicyLoad(t *testing.T) {
 		t.Errorf("DecideTool on an inputPolicy guest: %v", err)
 	}
 }
+
+// TestToolApprovalGuest runs the standard tool-approval guest through the
+// real host on the rules of its documentation.
+func TestToolApprovalGuest(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	const cfg = `{"rules": [
+		{"match": "payments_refund", "when": {"arg": "amount", "gt": 100}, "decision": "ask", "approvals": 2, "prompt": "Refund over 100: two approvals"},
+		{"match": "*delete*", "decision": "ask", "prompt": "Deleting needs approval"},
+		{"match": "shell_*", "decision": "deny", "message": "No shell access."},
+		{"match": "fs_read*", "decision": "allow"}],
+	 "default": "deny"}`
+	var failures []Failure
+	m := load(t, e, goGuest(t, "tool-approval"), Options{Config: []byte(cfg), OnFailure: func(f Failure) { failures = append(failures, f) }})
+	if gm := m.GuestManifest(); gm.Name != "tool-approval" || len(gm.Hooks) != 1 || gm.Hooks[0] != guestabi.HookToolPolicy {
+		t.Fatalf("manifest %+v", gm)
+	}
+	allow := toolpolicy.Decision{Verdict: toolpolicy.Allow}
+	for _, c := range []struct {
+		tool, args string
+		want       toolpolicy.Decision
+	}{
+		{"payments_refund", `{"amount": 250, "order": "o-1"}`, toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "Refund over 100: two approvals", Approvals: 2}},
+		{"payments_refund", `{"amount": 40}`, toolpolicy.Decision{Verdict: toolpolicy.Deny, Message: `The tool "payments_refund" was not run: the tool policy denied the call.`}},
+		{"fs_delete", `{"path": "/"}`, toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "Deleting needs approval", Approvals: 1}},
+		{"delete", `{}`, toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "Deleting needs approval", Approvals: 1}},
+		{"shell_exec", `{"cmd": "rm -rf /"}`, toolpolicy.Decision{Verdict: toolpolicy.Deny, Message: "No shell access."}},
+		{"fs_read_file", `{"path": "/etc/hosts"}`, allow},
+		{"fs_read_file", strings.Repeat(" ", 1<<20) + `{}`, allow},
+		{"fs_readdir", `not json`, allow},
+	} {
+		call := toolCall(c.tool)
+		call.Arguments = c.args
+		d, err := m.DecideTool(context.Background(), call)
+		if err != nil || d != c.want {
+			t.Errorf("%s %.40s: got %+v %v, want %+v", c.tool, c.args, d, err, c.want)
+		}
+	}
+	if len(failures) > 0 {
+		t.Errorf("failures: %+v", failures)
+	}
+	for _, bad := range []string{`{"rules": [{"match": "x", "decision": "maybe"}]}`, `{"default": "allow", "x": 1}`} {
+		if _, err := e.LoadFile(context.Background(), goGuest(t, "tool-approval"), Options{Config: []byte(bad)}); !errors.Is(err, ErrInvalidModule) || !strings.Contains(err.Error(), "config") {
+			t.Errorf("config %s: %v", bad, err)
+		}
+	}
+	// Without configuration every call is allowed.
+	m = load(t, e, goGuest(t, "tool-approval"), Options{})
+	if d, err := m.DecideTool(context.Background(), toolCall("fs_delete")); err != nil || d != allow {
+		t.Errorf("no config: %+v %v", d, err)
+	}
+}
