@@ -74,13 +74,23 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 		imports = []string{"(none)"}
 	}
 	fmt.Fprintf(tw, "imports:\t%s\n", strings.Join(imports, ", "))
+	var errs []error
+	if m.HasHook(guestabi.HookToolPolicy) {
+		errs = checkTools(ctx, tw, m, &failure)
+	}
 	if !m.HasHook(guestabi.HookInputPolicy) {
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%s: %w: %w", path, ErrCheckFailed, errors.Join(errs...))
+		}
+		return nil
 	}
 	// Decide a built-in set of valid requests: every one must succeed with a
 	// declared action.
 	seen := map[string]int{}
-	var errs []error
+	toolFailures := len(errs)
 	var slowest time.Duration
 	var slowName string
 	for _, c := range checkRequests() {
@@ -105,7 +115,7 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 	if len(got) == 0 {
 		got = []string{"nothing"}
 	}
-	fmt.Fprintf(tw, "decide:\t%d requests, %d failed; returned %s\n", len(checkRequests()), len(errs), strings.Join(got, ", "))
+	fmt.Fprintf(tw, "decide:\t%d requests, %d failed; returned %s\n", len(checkRequests()), len(errs)-toolFailures, strings.Join(got, ", "))
 	fmt.Fprintf(tw, "slowest:\t%s (%s)\n", slowest.Round(time.Microsecond), slowName)
 	if slowest > DefaultCallTimeout {
 		fmt.Fprintf(tw, "warning:\tslower than the host's default call deadline (%s): the host would fall back on such requests\n", DefaultCallTimeout)
@@ -123,8 +133,8 @@ func Check(ctx context.Context, w io.Writer, path string, opts CheckOptions) err
 const CheckCallTimeout = 5 * time.Second
 
 // ErrCheckFailed is returned by Check when the guest loads but fails to
-// decide one of the built-in requests, or returns an action its manifest
-// does not declare.
+// decide one of the built-in requests or tool calls, or returns an action its
+// manifest does not declare.
 var ErrCheckFailed = errors.New("the guest failed on valid requests")
 
 type checkRequest struct {

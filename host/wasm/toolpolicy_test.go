@@ -1,8 +1,11 @@
 package wasm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +205,67 @@ func TestToolApprovalGuest(t *testing.T) {
 	m = load(t, e, goGuest(t, "tool-approval"), Options{})
 	if d, err := m.DecideTool(context.Background(), toolCall("fs_delete")); err != nil || d != allow {
 		t.Errorf("no config: %+v %v", d, err)
+	}
+}
+
+const approvalTestConfig = `{"rules": [
+	{"match": "payments_refund", "when": {"arg": "amount", "gt": 100}, "decision": "ask", "approvals": 2, "prompt": "Refund over 100"},
+	{"match": "*delete*", "decision": "ask"},
+	{"match": "shell_*", "decision": "deny", "message": "No shell access."}]}`
+
+func TestRunToolCases(t *testing.T) {
+	cases := filepath.Join("testdata", "cases")
+	path := goGuest(t, "tool-approval")
+	opts := CheckOptions{Config: []byte(approvalTestConfig), CacheDir: cacheDir, CallTimeout: 10 * time.Second}
+	var out bytes.Buffer
+	if err := RunToolCases(context.Background(), &out, path, filepath.Join(cases, "tool-approval.json"), opts); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !containsAll(out.String(), "CASE", "refund over the limit", `ask ×2 "Refund over 100"`, "5 tool cases, 0 failed") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	out.Reset()
+	err := RunToolCases(context.Background(), &out, path, filepath.Join(cases, "tool-approval-wrong.json"), opts)
+	if !errors.Is(err, ErrMismatch) || !containsAll(out.String(), "wrong verdict", "deny", "ask ×1", "ask ×2", "FAIL", "3 tool cases, 2 failed") {
+		t.Errorf("err = %v, output:\n%s", err, out.String())
+	}
+	// A failing guest never passes a case on its fallback, even when the
+	// fallback is the expected decision.
+	out.Reset()
+	err = RunToolCases(context.Background(), &out, hostile("tooltricks"), filepath.Join(cases, "tool-approval-wrong.json"), opts)
+	if err == nil || !strings.Contains(err.Error(), "agenthost_init") {
+		t.Errorf("config for a guest without init: %v", err)
+	}
+	err = RunToolCases(context.Background(), &out, hostile("tooltricks"), filepath.Join(cases, "tool-approval.json"), CheckOptions{CacheDir: cacheDir, CallTimeout: 10 * time.Second})
+	if !errors.Is(err, ErrMismatch) || !containsAll(out.String(), "error:", "region outside memory", "FAIL") {
+		t.Errorf("err = %v, output:\n%s", err, out.String())
+	}
+	// An inputPolicy guest has no tool policy to test.
+	if err := RunToolCases(context.Background(), &out, cGuest(), filepath.Join(cases, "tool-approval.json"), CheckOptions{CacheDir: cacheDir}); err == nil || !strings.Contains(err.Error(), "no toolPolicy hook") {
+		t.Errorf("inputPolicy guest: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	for _, body := range []string{`[{"tool": "x", "want": "approve"}]`, `[{"tool": "x", "want": "allow", "colour": 1}]`} {
+		os.WriteFile(bad, []byte(body), 0o600)
+		if _, err := ReadToolCases(bad); err == nil {
+			t.Errorf("%s read", body)
+		}
+	}
+}
+
+func TestCheckToolPolicy(t *testing.T) {
+	var out bytes.Buffer
+	opts := CheckOptions{Config: []byte(approvalTestConfig), CacheDir: cacheDir, CallTimeout: 10 * time.Second}
+	if err := Check(context.Background(), &out, goGuest(t, "tool-approval"), opts); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !containsAll(out.String(), "hooks:", "toolPolicy", "tools:", "11 calls, 0 failed", "allow ×8", "deny ×1", "ask ×2") || strings.Contains(out.String(), "decide:") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	out.Reset()
+	err := Check(context.Background(), &out, hostile("tooltricks"), CheckOptions{CacheDir: cacheDir, CallTimeout: 150 * time.Millisecond})
+	if !errors.Is(err, ErrCheckFailed) || !containsAll(err.Error(), `tool call "t"`, "unreachable", `tool call "list"`, "deadline exceeded", `tool call "broken"`, "unknown decision code") ||
+		!containsAll(out.String(), "tools:", "failed", "warning:") {
+		t.Errorf("err = %v, output:\n%s", err, out.String())
 	}
 }
