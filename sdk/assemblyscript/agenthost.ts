@@ -1,6 +1,6 @@
-// Thin SDK for agenthost wasm inputPolicy guests in AssemblyScript, ABI v1
-// (abi/guestabi/SPEC.md): the request region, the request's header fields,
-// the decision, the manifest and error results. It allocates nothing per
+// Thin SDK for agenthost wasm inputPolicy and toolPolicy guests in
+// AssemblyScript, ABI v1 (abi/guestabi/SPEC.md): the request region, the
+// requests' fields, the decisions, the manifest and error results. It allocates nothing per
 // call (the request is read in place, results are written into static
 // memory), so a guest built with `--runtime stub` does not leak.
 // guests/examples/assemblyscript is a complete guest.
@@ -12,6 +12,22 @@ export const INTERRUPT: u8 = 3;
 export const REJECT: u8 = 4;
 
 const ACTION_NAMES: StaticArray<string> = ["", "queue", "inject", "interrupt", "reject"];
+
+// Tool decisions (SPEC §14.2).
+export const ALLOW: u8 = 1;
+export const DENY: u8 = 2;
+export const ASK: u8 = 3;
+// The longest text (deny message, ask prompt) the host keeps, and the most
+// approvals an ask may require.
+export const MAX_TOOL_TEXT: i32 = 4096;
+export const MAX_APPROVALS: u8 = 16;
+
+// Hooks, as a bit set for manifestHooks.
+export const HOOK_INPUT_POLICY: u32 = 1;
+export const HOOK_PREPARE_STEP: u32 = 2;
+export const HOOK_TOOL_POLICY: u32 = 4;
+
+const HOOK_NAMES: StaticArray<string> = ["inputPolicy", "prepareStep", "toolPolicy"];
 
 // ---- the request region ---------------------------------------------------
 
@@ -88,6 +104,66 @@ export function parseRequest(ptr: usize, len: u32): i32 {
   return OK;
 }
 
+// The decoded toolPolicy request, valid during the call: parseToolRequest
+// sets these. The strings are addresses and lengths in the request.
+export let toolStep: u32 = 0;
+export let toolPtr: usize = 0;
+export let toolLen: u32 = 0;
+export let serverPtr: usize = 0;
+export let serverLen: u32 = 0;
+export let argumentsPtr: usize = 0;
+export let argumentsLen: u32 = 0;
+export let callIdPtr: usize = 0;
+export let callIdLen: u32 = 0;
+export let idempotencyKeyPtr: usize = 0;
+export let idempotencyKeyLen: u32 = 0;
+export let runIdPtr: usize = 0;
+export let runIdLen: u32 = 0;
+export let toolThreadIdPtr: usize = 0;
+export let toolThreadIdLen: u32 = 0;
+
+// parseToolRequest decodes the toolPolicy request at ptr (SPEC §14.1); it
+// returns OK or an error code.
+export function parseToolRequest(ptr: usize, len: u32): i32 {
+  const end = ptr + <usize>len;
+  if (len < 8) return TRUNCATED;
+  if (load<u8>(ptr) != 1) return BAD_LAYOUT;
+  toolStep = load<u32>(ptr, 4);
+  let p = readStr(ptr + 8, end);
+  if (p == 0) return TRUNCATED;
+  toolPtr = strPtr; toolLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  serverPtr = strPtr; serverLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  argumentsPtr = strPtr; argumentsLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  callIdPtr = strPtr; callIdLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  idempotencyKeyPtr = strPtr; idempotencyKeyLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  runIdPtr = strPtr; runIdLen = strLen;
+  p = readStr(p, end);
+  if (p == 0) return TRUNCATED;
+  toolThreadIdPtr = strPtr; toolThreadIdLen = strLen;
+  return OK;
+}
+
+// bytesContain reports whether the len bytes at ptr contain the ASCII text
+// s.
+export function bytesContain(ptr: usize, len: u32, s: string): bool {
+  const n = <u32>s.length;
+  if (n > len) return false;
+  for (let i: u32 = 0; i <= len - n; i++) {
+    if (bytesEqual(ptr + <usize>i, n, s)) return true;
+  }
+  return false;
+}
+
 // bytesEqual reports whether the len bytes at ptr are the ASCII text s.
 export function bytesEqual(ptr: usize, len: u32, s: string): bool {
   if (<i32>len != s.length) return false;
@@ -146,23 +222,80 @@ function putRaw(s: string): void {
 // actions (a bit set: 1 << QUEUE | 1 << INJECT ...) and returns the packed
 // result, or an error result if it does not fit.
 export function manifest(name: string, version: string, actions: u32): u64 {
+  return manifestHooks(name, version, HOOK_INPUT_POLICY, actions);
+}
+
+// manifestHooks writes the manifest of a guest implementing the given hooks
+// (a bit set: HOOK_INPUT_POLICY | HOOK_TOOL_POLICY ...) and, if any, the
+// given actions (required with HOOK_INPUT_POLICY), and returns the packed
+// result, or an error result if it does not fit.
+export function manifestHooks(name: string, version: string, hooks: u32, actions: u32): u64 {
   outLen = 0;
   put(0);
   putRaw("{\"abi\":1,\"name\":");
   putString(name);
   putRaw(",\"version\":");
   putString(version);
-  putRaw(",\"hooks\":[\"inputPolicy\"],\"actions\":[");
+  putRaw(",\"hooks\":[");
   let first = true;
-  for (let a = 1; a <= 4; a++) {
-    if ((actions & (1 << a)) == 0) continue;
+  for (let h = 0; h < HOOK_NAMES.length; h++) {
+    if ((hooks & (1 << h)) == 0) continue;
     if (!first) put(0x2c);
     first = false;
-    putString(ACTION_NAMES[a]);
+    putString(HOOK_NAMES[h]);
   }
-  putRaw("]}");
+  put(0x5d);
+  if (actions != 0) {
+    putRaw(",\"actions\":[");
+    first = true;
+    for (let a = 1; a <= 4; a++) {
+      if ((actions & (1 << a)) == 0) continue;
+      if (!first) put(0x2c);
+      first = false;
+      putString(ACTION_NAMES[a]);
+    }
+    put(0x5d);
+  }
+  put(0x7d);
   if (outLen > OUT_SIZE) return errorResult("manifest does not fit");
   return pack(OUT, outLen);
+}
+
+// toolDecision encodes a toolPolicy decision and returns the packed result:
+// the verdict (ALLOW, DENY, ASK), the approvals (ask only; 0 means 1, more
+// than MAX_APPROVALS are cut to it) and the text (deny's message, ask's
+// prompt; ignored for allow), written as UTF-8 and cut to fit the result
+// buffer (1020 bytes).
+export function toolDecision(verdict: u8, approvals: u8, text: string): u64 {
+  outLen = 0;
+  put(0);
+  put(verdict);
+  put(verdict == ASK ? min(approvals, MAX_APPROVALS) : 0);
+  put(0);
+  if (verdict != ALLOW) putUTF8(text);
+  return pack(OUT, min(outLen, OUT_SIZE));
+}
+
+// putUTF8 writes s as UTF-8, stopping before a character that does not fit
+// whole. An unpaired surrogate becomes U+FFFD.
+function putUTF8(s: string): void {
+  for (let i = 0; i < s.length; i++) {
+    let c = <i32>s.charCodeAt(i);
+    if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length) {
+      const d = <i32>s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d < 0xe000) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+        i++;
+      }
+    }
+    if (c >= 0xd800 && c < 0xe000) c = 0xfffd;
+    const n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    if (outLen + n > OUT_SIZE) return;
+    if (n == 1) put(c);
+    else if (n == 2) { put(0xc0 | c >> 6); put(0x80 | c & 63); }
+    else if (n == 3) { put(0xe0 | c >> 12); put(0x80 | c >> 6 & 63); put(0x80 | c & 63); }
+    else { put(0xf0 | c >> 18); put(0x80 | c >> 12 & 63); put(0x80 | c >> 6 & 63); put(0x80 | c & 63); }
+  }
 }
 
 // errorResult returns an error result with message msg (cut to fit).

@@ -101,4 +101,46 @@ test("regions are reused, grown, and never 0", () => {
   mem()[big + (3 << 20) - 1] = 7; // inside memory
 });
 
+test("parses the SPEC tool request example", () => {
+  const b = Buffer.from("0100000002000000" + "02000000726d" + "020000006673" + "020000007b7d" +
+    "0100000063" + "010000006b" + "0100000072" + "0100000074", "hex");
+  const p = put(b);
+  assert.equal(x.parseToolRequest(p, b.length), 0);
+  assert.equal(g("toolStep"), 2);
+  const field = (name) => text(g(name + "Ptr"), g(name + "Len"));
+  assert.deepEqual(["tool", "server", "arguments", "callId", "idempotencyKey", "runId", "toolThreadId"].map(field),
+    ["rm", "fs", "{}", "c", "k", "r", "t"]);
+  for (let n = 0; n < b.length; n++) {
+    assert.equal(x.parseToolRequest(put(b), n), 1, `cut at ${n}`);
+  }
+  const bad = Buffer.from(b); bad[0] = 2;
+  assert.equal(x.parseToolRequest(put(bad), bad.length), 2);
+});
+
+test("finds text in a tool name", () => {
+  const h = Buffer.alloc(8); h[0] = 1;
+  const b = Buffer.concat([h, str("fs_delete"), ...Array(6).fill(str(""))]);
+  assert.equal(x.parseToolRequest(put(b), b.length), 0);
+  assert.equal(x.toolContains(0), 1);
+  assert.equal(x.toolContains(1), 0);
+  assert.equal(x.toolContains(2), 0);
+});
+
+test("writes manifests with hooks", () => {
+  assert.equal(result(x.testManifestHooks(0)).toString("latin1"), '\0{"abi":1,"name":"t","version":"1","hooks":["toolPolicy"]}');
+  assert.equal(result(x.testManifestHooks(1)).toString("latin1"),
+    '\0{"abi":1,"name":"t","version":"1","hooks":["inputPolicy","toolPolicy"],"actions":["queue"]}');
+});
+
+test("encodes tool decisions", () => {
+  assert.deepEqual([...result(x.testToolDecision(0))], [0, 1, 0, 0]);
+  const deny = result(x.testToolDecision(1));
+  assert.deepEqual([...deny.subarray(0, 4)], [0, 2, 0, 0]);
+  assert.equal(deny.subarray(4).toString("utf8"), "no, ¬ 要 😀");
+  assert.deepEqual([...result(x.testToolDecision(2))], [0, 3, 16, 0, ...Buffer.from("ok?")]);
+  const long = result(x.testToolDecision(3));
+  assert.equal(long.length, 1024); // cut to the buffer, on a character boundary
+  assert.equal(long.subarray(4).toString("utf8"), "é".repeat(510));
+});
+
 if (failed) { console.log(`${failed} failed`); process.exit(1); }

@@ -1,5 +1,5 @@
-//! Thin SDK for agenthost wasm `inputPolicy` guests, ABI v1
-//! (`abi/guestabi/SPEC.md`): decode the request, encode the decision, write
+//! Thin SDK for agenthost wasm `inputPolicy` and `toolPolicy` guests, ABI v1
+//! (`abi/guestabi/SPEC.md`): decode the requests, encode the decisions, write
 //! the manifest, and hand out the request region.
 //!
 //! `no_std` and without an allocator: the request is read in place (its
@@ -43,6 +43,107 @@ impl Decision {
     pub const fn encode(self) -> [u8; 4] {
         [0, self.action as u8, self.coalesce_pending as u8, 0]
     }
+}
+
+/// A hook a guest declares in its manifest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    InputPolicy,
+    PrepareStep,
+    ToolPolicy,
+}
+
+impl Hook {
+    /// The hook's name in the manifest.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Hook::InputPolicy => "inputPolicy",
+            Hook::PrepareStep => "prepareStep",
+            Hook::ToolPolicy => "toolPolicy",
+        }
+    }
+}
+
+/// A toolPolicy decision (SPEC §14.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Verdict {
+    /// Run the call.
+    Allow = 1,
+    /// Do not run it; the model sees the text as the tool's result.
+    Deny = 2,
+    /// Wait for people to approve it; they are shown the text.
+    Ask = 3,
+}
+
+/// The longest text (deny message, ask prompt) the host keeps.
+pub const MAX_TOOL_TEXT: usize = 4096;
+/// The most approvals an ask may require.
+pub const MAX_APPROVALS: u8 = 16;
+
+/// A toolPolicy request decoded in place: the strings borrow the request's
+/// bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolRequest<'a> {
+    /// The model step that asked for the call, from 1.
+    pub step: u32,
+    pub tool: &'a [u8],
+    /// The MCP server providing the tool; empty for a tool of the host's.
+    pub server: &'a [u8],
+    /// The arguments, JSON text as the model produced it (not validated).
+    pub arguments: &'a [u8],
+    pub call_id: &'a [u8],
+    pub idempotency_key: &'a [u8],
+    pub run_id: &'a [u8],
+    pub thread_id: &'a [u8],
+}
+
+impl<'a> ToolRequest<'a> {
+    /// Decodes a toolPolicy request.
+    pub fn parse(b: &'a [u8]) -> Result<ToolRequest<'a>, Error> {
+        if b.len() < 8 {
+            return Err(Error::Truncated);
+        }
+        if b[0] != 1 {
+            return Err(Error::Layout(b[0]));
+        }
+        let mut fields: [&[u8]; 7] = [&[]; 7];
+        let mut rest = &b[8..];
+        for f in fields.iter_mut() {
+            let (s, r) = read_str(rest).ok_or(Error::Truncated)?;
+            *f = s;
+            rest = r;
+        }
+        Ok(ToolRequest {
+            step: le32(b, 4).unwrap_or(0),
+            tool: fields[0],
+            server: fields[1],
+            arguments: fields[2],
+            call_id: fields[3],
+            idempotency_key: fields[4],
+            run_id: fields[5],
+            thread_id: fields[6],
+        })
+    }
+}
+
+/// Writes a toolPolicy decision into `buf`: status 0, the verdict, the
+/// approvals (ask only; 0 means 1, more than 16 are cut to 16), a reserved
+/// 0, then `text` (deny's message or ask's prompt; ignored for allow), cut
+/// to fit `buf` and `MAX_TOOL_TEXT`. Returns the body's length; 0 if `buf`
+/// is shorter than 4 bytes.
+pub fn tool_decision(buf: &mut [u8], verdict: Verdict, approvals: u8, text: &str) -> usize {
+    if buf.len() < 4 {
+        return 0;
+    }
+    let approvals = if verdict == Verdict::Ask { approvals.min(MAX_APPROVALS) } else { 0 };
+    buf[..4].copy_from_slice(&[0, verdict as u8, approvals, 0]);
+    if verdict == Verdict::Allow {
+        return 4;
+    }
+    let n = text.len().min(buf.len() - 4).min(MAX_TOOL_TEXT);
+    buf[4..4 + n].copy_from_slice(&text.as_bytes()[..n]);
+    4 + n
 }
 
 /// Why a request does not decode.
@@ -124,22 +225,41 @@ impl<'a> Request<'a> {
     }
 }
 
-/// Writes status 0 and the manifest JSON into `buf`, returning the body's
-/// length, or `None` if `buf` is too small. Name and version are escaped.
+/// Writes status 0 and the manifest JSON of an inputPolicy guest into `buf`,
+/// returning the body's length, or `None` if `buf` is too small. Name and
+/// version are escaped.
 pub fn manifest(buf: &mut [u8], name: &str, version: &str, actions: &[Action]) -> Option<usize> {
+    manifest_hooks(buf, name, version, &[Hook::InputPolicy], actions)
+}
+
+/// Writes status 0 and the manifest JSON into `buf`, declaring `hooks` and,
+/// when not empty, `actions` (required with `Hook::InputPolicy`). Returns
+/// the body's length, or `None` if `buf` is too small.
+pub fn manifest_hooks(buf: &mut [u8], name: &str, version: &str, hooks: &[Hook], actions: &[Action]) -> Option<usize> {
     let mut w = Writer { buf, n: 0 };
     w.raw(b"\0{\"abi\":1,\"name\":")?;
     w.string(name)?;
     w.raw(b",\"version\":")?;
     w.string(version)?;
-    w.raw(b",\"hooks\":[\"inputPolicy\"],\"actions\":[")?;
-    for (i, a) in actions.iter().enumerate() {
+    w.raw(b",\"hooks\":[")?;
+    for (i, h) in hooks.iter().enumerate() {
         if i > 0 {
             w.raw(b",")?;
         }
-        w.string(a.name())?;
+        w.string(h.name())?;
     }
-    w.raw(b"]}")?;
+    w.raw(b"]")?;
+    if !actions.is_empty() {
+        w.raw(b",\"actions\":[")?;
+        for (i, a) in actions.iter().enumerate() {
+            if i > 0 {
+                w.raw(b",")?;
+            }
+            w.string(a.name())?;
+        }
+        w.raw(b"]")?;
+    }
+    w.raw(b"}")?;
     Some(w.n)
 }
 
@@ -301,6 +421,49 @@ mod tests {
         assert_eq!(manifest(&mut buf[..20], "x", "1", &[Action::Queue]), None);
         let n = error(&mut buf[..5], "abcdefgh");
         assert_eq!(&buf[..n], b"\x01abcd");
+    }
+
+    #[test]
+    fn parses_tool_requests() {
+        // SPEC §14.1's example.
+        let hex = "0100000002000000 02000000726d 020000006673 020000007b7d \
+                   0100000063 010000006b 0100000072 0100000074";
+        let hex: String = hex.split_whitespace().collect();
+        let b: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let r = ToolRequest::parse(&b).unwrap();
+        assert_eq!(r.step, 2);
+        assert_eq!((r.tool, r.server, r.arguments), (&b"rm"[..], &b"fs"[..], &b"{}"[..]));
+        assert_eq!((r.call_id, r.idempotency_key, r.run_id, r.thread_id), (&b"c"[..], &b"k"[..], &b"r"[..], &b"t"[..]));
+        for n in 0..b.len() {
+            assert_eq!(ToolRequest::parse(&b[..n]), Err(Error::Truncated), "cut at {}", n);
+        }
+        let mut bad = b.clone();
+        bad[0] = 2;
+        assert_eq!(ToolRequest::parse(&bad), Err(Error::Layout(2)));
+    }
+
+    #[test]
+    fn encodes_tool_decisions() {
+        let mut buf = [0u8; 16];
+        let n = tool_decision(&mut buf, Verdict::Allow, 3, "ignored");
+        assert_eq!(&buf[..n], &[0, 1, 0, 0]);
+        let n = tool_decision(&mut buf, Verdict::Deny, 2, "no");
+        assert_eq!(&buf[..n], b"\0\x02\0\0no");
+        let n = tool_decision(&mut buf, Verdict::Ask, 40, "approve this call?");
+        assert_eq!(&buf[..n], b"\0\x03\x10\0approve this");
+        assert_eq!(tool_decision(&mut buf[..3], Verdict::Allow, 0, ""), 0);
+    }
+
+    #[test]
+    fn writes_manifests_with_hooks() {
+        let mut buf = [0u8; 256];
+        let n = manifest_hooks(&mut buf, "t", "1", &[Hook::ToolPolicy], &[]).unwrap();
+        assert_eq!(&buf[..n], &b"\0{\"abi\":1,\"name\":\"t\",\"version\":\"1\",\"hooks\":[\"toolPolicy\"]}"[..]);
+        let n = manifest_hooks(&mut buf, "t", "1", &[Hook::InputPolicy, Hook::ToolPolicy], &[Action::Queue]).unwrap();
+        assert_eq!(
+            &buf[..n],
+            &b"\0{\"abi\":1,\"name\":\"t\",\"version\":\"1\",\"hooks\":[\"inputPolicy\",\"toolPolicy\"],\"actions\":[\"queue\"]}"[..]
+        );
     }
 
     #[test]
