@@ -104,14 +104,20 @@ func runCases(t *testing.T, path string) {
 	var out bytes.Buffer
 	// A generous call deadline: the machine running the tests may be
 	// loaded, and the cases include inputs of over a megabyte.
-	if err := wasm.RunCases(context.Background(), &out, path, "cases.json", wasm.CheckOptions{CallTimeout: 10 * time.Second}); err != nil {
+	opts := wasm.CheckOptions{CallTimeout: 10 * time.Second}
+	if err := wasm.RunCases(context.Background(), &out, path, "cases.json", opts); err != nil {
+		t.Errorf("%s: %v\n%s", path, err, out.String())
+	}
+	out.Reset()
+	if err := wasm.RunToolCases(context.Background(), &out, path, "tool_cases.json", opts); err != nil {
 		t.Errorf("%s: %v\n%s", path, err, out.String())
 	}
 }
 
-// TestExamples runs the shared cases against each committed module and
-// against a rebuild from source, which must equal the committed module
-// when the toolchain is the pinned one.
+// TestExamples runs the shared cases (cases.json for the inputPolicy,
+// tool_cases.json for the toolPolicy) against each committed module and
+// against a rebuild from source, which must equal the committed module when
+// the toolchain is the pinned one.
 func TestExamples(t *testing.T) {
 	for _, ex := range examples {
 		t.Run(ex.lang, func(t *testing.T) {

@@ -1,5 +1,6 @@
 /*
- * The example inputPolicy guest (guests/examples/README.md) in C, against
+ * The example inputPolicy and toolPolicy guest (guests/examples/README.md)
+ * in C, against
  * agenthost wasm guest ABI v1 (abi/guestabi/SPEC.md). Freestanding: no libc,
  * no WASI, no imports. Built by build.sh with clang and lld.
  */
@@ -16,7 +17,12 @@ static u8 decision[4];
 static const char malformed[] = "\1request does not decode";
 static const char manifest_body[] =
 	"\0{\"abi\":1,\"name\":\"example-c\",\"version\":\"1.0.0\","
-	"\"hooks\":[\"inputPolicy\"],\"actions\":[\"queue\",\"inject\",\"interrupt\",\"reject\"]}";
+	"\"hooks\":[\"inputPolicy\",\"toolPolicy\"],"
+	"\"actions\":[\"queue\",\"inject\",\"interrupt\",\"reject\"]}";
+/* Tool decisions: status, decision, approvals, reserved, then the text. */
+static const char tool_allow[] = "\0\1\0\0";
+static const char tool_deny[] = "\0\2\0\0shell_exec is not allowed";
+static const char tool_ask[] = "\0\3\1\0Approve this deletion?";
 
 static u64 pack(const void *p, u32 n) { return ((u64)(u32)p << 32) | n; }
 
@@ -86,4 +92,23 @@ EXPORT("agenthost_input_policy") u64 input_policy(const u8 *req, u32 len) {
 	if (active && is(hint, hn, "refine", 6)) return decide(INJECT, 0);
 	if (cn == 0) return decide(REJECT, 0);
 	return decide(QUEUE, queued > 0);
+}
+
+/* contains reports whether the n bytes at s contain the text lit. */
+static int contains(const u8 *s, u32 n, const char *lit, u32 litn) {
+	for (u32 i = 0; i + litn <= n; i++)
+		if (is(s + i, litn, lit, litn)) return 1;
+	return 0;
+}
+
+/* The tool policy: deny shell_exec, ask one person before a tool whose name
+ * contains "delete" runs, allow the rest. Only the name is read. */
+EXPORT("agenthost_tool_policy") u64 tool_policy(const u8 *req, u32 len) {
+	const u8 *end = req + len, *p = req + 8, *name;
+	u32 n;
+	if (len < 8 || req[0] != 1 || !str(&p, end, &name, &n))
+		return pack(malformed, sizeof malformed - 1);
+	if (is(name, n, "shell_exec", 10)) return pack(tool_deny, sizeof tool_deny - 1);
+	if (contains(name, n, "delete", 6)) return pack(tool_ask, sizeof tool_ask - 1);
+	return pack(tool_allow, sizeof tool_allow - 1);
 }

@@ -1,10 +1,14 @@
-// Command go is the example inputPolicy guest (guests/examples/README.md) in
-// Go, on sdk/guest. Build:
+// Command go is the example inputPolicy and toolPolicy guest
+// (guests/examples/README.md) in Go, on sdk/guest. Build:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o example-go.wasm .
 package main
 
-import "github.com/agenthost/agenthost/sdk/guest"
+import (
+	"strings"
+
+	"github.com/agenthost/agenthost/sdk/guest"
+)
 
 func init() {
 	guest.Register(guest.Guest{
@@ -13,6 +17,9 @@ func init() {
 		Actions: []string{guest.Queue, guest.Inject, guest.Interrupt, guest.Reject},
 		InputPolicy: func(r *guest.Request) (guest.Decision, error) {
 			return Decide(r), nil
+		},
+		ToolPolicy: func(r *guest.ToolRequest) (guest.ToolDecision, error) {
+			return DecideTool(r.Tool), nil
 		},
 	})
 }
@@ -28,6 +35,18 @@ func Decide(r *guest.Request) guest.Decision {
 		return guest.Decision{Action: guest.Reject}
 	}
 	return guest.Decision{Action: guest.Queue, CoalescePending: r.Queued > 0}
+}
+
+// DecideTool is the example tool policy: deny shell_exec, ask one person
+// before a tool whose name contains "delete" runs, allow the rest.
+func DecideTool(tool string) guest.ToolDecision {
+	switch {
+	case tool == "shell_exec":
+		return guest.ToolDecision{Decision: guest.Deny, Message: "shell_exec is not allowed"}
+	case strings.Contains(tool, "delete"):
+		return guest.ToolDecision{Decision: guest.Ask, Prompt: "Approve this deletion?", Approvals: 1}
+	}
+	return guest.ToolDecision{Decision: guest.Allow}
 }
 
 func main() {}

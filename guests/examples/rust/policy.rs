@@ -1,11 +1,14 @@
-//! The example inputPolicy guest (guests/examples/README.md) in Rust,
+//! The example inputPolicy and toolPolicy guest (guests/examples/README.md) in Rust,
 //! `no_std`, without an allocator, on the SDK in `sdk/rust`. Built by
 //! build.sh with Debian's rustc (packages rustc, libstd-rust-dev-wasm32).
 #![no_std]
 
-use agenthost_guest::{alloc_region, error, manifest, pack, Action, Decision, Region, Request};
+use agenthost_guest::{
+    alloc_region, error, manifest_hooks, pack, tool_decision, Action, Decision, Hook, Region, Request, ToolRequest, Verdict,
+};
 
 const ACTIONS: [Action; 4] = [Action::Queue, Action::Inject, Action::Interrupt, Action::Reject];
+const HOOKS: [Hook; 2] = [Hook::InputPolicy, Hook::ToolPolicy];
 
 // Results and the request region. A guest instance is single-threaded and
 // the host makes one call at a time, so plain statics are enough.
@@ -46,7 +49,7 @@ pub extern "C" fn agenthost_alloc(size: u32) -> u32 {
 
 #[no_mangle]
 pub extern "C" fn agenthost_manifest() -> u64 {
-    match manifest(out(), "example-rust", "1.0.0", &ACTIONS) {
+    match manifest_hooks(out(), "example-rust", "1.0.0", &HOOKS, &ACTIONS) {
         Some(n) => result(n),
         None => result(error(out(), "manifest does not fit")),
     }
@@ -59,6 +62,30 @@ pub extern "C" fn agenthost_input_policy(ptr: *const u8, len: u32) -> u64 {
         Ok(r) => {
             out()[..4].copy_from_slice(&decide(&r).encode());
             result(4)
+        }
+        Err(e) => result(error(out(), e.message())),
+    }
+}
+
+/// The tool policy, on the tool's name: deny shell_exec, ask one person
+/// before a tool whose name contains "delete" runs, allow the rest.
+fn decide_tool(tool: &[u8]) -> (Verdict, u8, &'static str) {
+    if tool == b"shell_exec" {
+        (Verdict::Deny, 0, "shell_exec is not allowed")
+    } else if tool.windows(6).any(|w| w == b"delete") {
+        (Verdict::Ask, 1, "Approve this deletion?")
+    } else {
+        (Verdict::Allow, 0, "")
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn agenthost_tool_policy(ptr: *const u8, len: u32) -> u64 {
+    let req = unsafe { core::slice::from_raw_parts(ptr, len as usize) };
+    match ToolRequest::parse(req) {
+        Ok(r) => {
+            let (verdict, approvals, text) = decide_tool(r.tool);
+            result(tool_decision(out(), verdict, approvals, text))
         }
         Err(e) => result(error(out(), e.message())),
     }
