@@ -129,6 +129,36 @@ func DecodeToolRequest(b []byte, r *ToolRequest) error {
 	return nil
 }
 
+// ToolFields are the strings of a toolPolicy request in their order: tool,
+// server, arguments, call id, idempotency key, run id, thread id.
+type ToolFields [7][]byte
+
+// ReadToolRequest reads a toolPolicy request without copying: the fields
+// alias b. It checks the whole request as DecodeToolRequest does and returns
+// the step.
+func ReadToolRequest(b []byte, f *ToolFields) (uint32, error) {
+	if len(b) < ToolHeaderSize || b[0] != ToolRequestLayout || b[1] != 0 || b[2] != 0 || b[3] != 0 {
+		return 0, ErrMalformed
+	}
+	off := ToolHeaderSize
+	for i := range f {
+		if len(b)-off < 4 {
+			return 0, ErrMalformed
+		}
+		n := binary.LittleEndian.Uint32(b[off:])
+		off += 4
+		if uint64(len(b)-off) < uint64(n) {
+			return 0, ErrMalformed
+		}
+		f[i] = b[off : off+int(n) : off+int(n)]
+		off += int(n)
+	}
+	if off != len(b) {
+		return 0, ErrMalformed
+	}
+	return binary.LittleEndian.Uint32(b[4:]), nil
+}
+
 // ReadToolName returns the tool name of a toolPolicy request without
 // copying: it aliases b. It checks the header and the name, not the rest.
 func ReadToolName(b []byte) ([]byte, error) {

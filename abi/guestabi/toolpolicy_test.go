@@ -17,6 +17,18 @@ func TestToolRequestRoundTrip(t *testing.T) {
 	if got != r {
 		t.Errorf("got %+v, want %+v", got, r)
 	}
+	var f ToolFields
+	if step, err := ReadToolRequest(b, &f); err != nil || step != 3 || string(f[0]) != r.Tool || string(f[2]) != r.Arguments || string(f[6]) != r.ThreadID {
+		t.Errorf("ReadToolRequest: %d %q %v", step, f, err)
+	}
+	for i := range b {
+		if _, err := ReadToolRequest(b[:i], &f); err == nil {
+			t.Errorf("ReadToolRequest truncated at %d read", i)
+		}
+	}
+	if _, err := ReadToolRequest(append(b, 0), &f); err == nil {
+		t.Error("ReadToolRequest: trailing byte read")
+	}
 	name, err := ReadToolName(b)
 	if err != nil || string(name) != "fs_delete" {
 		t.Errorf("ReadToolName: %q, %v", name, err)

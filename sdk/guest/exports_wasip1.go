@@ -136,7 +136,7 @@ func toolPolicy(ptr, n uint32) uint64 {
 			return errNoHook
 		}
 		var r guestabi.ToolRequest
-		if err := guestabi.DecodeToolRequest(input(ptr, n), &r); err != nil {
+		if err := readToolRequest(input(ptr, n), &r); err != nil {
 			return err
 		}
 		var err error

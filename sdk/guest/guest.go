@@ -37,7 +37,9 @@ type (
 	StepSettings = guestabi.StepSettings
 	// Message is a prompt message.
 	Message = guestabi.Message
-	// ToolRequest is a toolPolicy request: the tool call to decide.
+	// ToolRequest is a toolPolicy request: the tool call to decide. In
+	// Guest.ToolPolicy its strings alias the host's request bytes and are
+	// valid only during the call (strings.Clone what you keep).
 	ToolRequest = guestabi.ToolRequest
 	// ToolDecision is a toolPolicy decision.
 	ToolDecision = guestabi.ToolDecision
@@ -128,6 +130,18 @@ func view(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// readToolRequest reads a toolPolicy request without copying its strings.
+func readToolRequest(b []byte, r *ToolRequest) error {
+	var f guestabi.ToolFields
+	step, err := guestabi.ReadToolRequest(b, &f)
+	if err != nil {
+		return err
+	}
+	*r = ToolRequest{Step: step, Tool: view(f[0]), Server: view(f[1]), Arguments: view(f[2]),
+		CallID: view(f[3]), IdempotencyKey: view(f[4]), RunID: view(f[5]), ThreadID: view(f[6])}
+	return nil
 }
 
 // Register registers the guest. Call it once, from an init function.
