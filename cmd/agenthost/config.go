@@ -56,6 +56,9 @@ type Config struct {
 	// PrepareStep lists prepareStep hooks, in order: standard names or
 	// .wasm paths, each with its configuration.
 	PrepareStep []HookConfig `yaml:"prepare_step"`
+	// ToolPolicy decides which tool calls run, are refused, or wait for a
+	// person's approval.
+	ToolPolicy ToolPolicyConfig `yaml:"tool_policy"`
 	// MCPServers are the MCP servers whose tools the model is offered
 	// (env AGENTHOST_MCP_SERVERS: a JSON list of the same objects).
 	MCPServers []MCPServer `yaml:"mcp_servers"`
@@ -273,6 +276,9 @@ func (c Config) validate() error {
 		if err := m.config().Check(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.ToolPolicy.check(); err != nil {
+		errs = append(errs, err)
 	}
 	for i, h := range c.PrepareStep {
 		if h.Hook == "" {
