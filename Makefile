@@ -35,7 +35,7 @@ proto:
 # guests in five languages (guests/examples), into
 # $(BIN)/guests/example-<language>.wasm. The C guest is committed built
 # (guests-c rebuilds it from source).
-GO_GUESTS ?= queue interrupt reject inject refine step-budget system-instruction
+GO_GUESTS ?= queue interrupt reject inject refine step-budget system-instruction tool-approval
 
 guests:
 	@mkdir -p $(BIN)/guests
