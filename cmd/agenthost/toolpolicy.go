@@ -116,7 +116,7 @@ func loadToolPolicy(ctx context.Context, eng *wasm.Engine, c ToolPolicyConfig, l
 			if out.Verdict == toolpolicy.Ask && out.Approvals == 0 {
 				out.Approvals = 1 // the ABI's 0 means one approval
 			}
-			return out, nil
+			return out.WithText(call.Tool), nil
 		}), nil, nil
 	}
 	fb := toolpolicy.Decision{Verdict: toolpolicy.Verdict(c.Fallback)}

@@ -79,7 +79,7 @@ func TestLoadToolPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tool, want := range map[string]toolpolicy.Decision{
-		"fs_delete":  {Verdict: toolpolicy.Ask, Approvals: 1},
+		"fs_delete":  {Verdict: toolpolicy.Ask, Prompt: `Run "fs_delete"?`, Approvals: 1},
 		"shell_exec": {Verdict: toolpolicy.Deny, Message: "no"},
 		"fs_read":    {Verdict: toolpolicy.Allow},
 	} {

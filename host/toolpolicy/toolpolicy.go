@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
 )
@@ -96,6 +97,25 @@ func (d Decision) Check() error {
 		return fmt.Errorf("tool decision %s: text longer than %d bytes", d.Verdict, MaxText)
 	}
 	return nil
+}
+
+// WithText returns d with an empty deny message or ask prompt replaced by
+// one of the host's naming the tool, so that the model and the person
+// always read why.
+func (d Decision) WithText(tool string) Decision {
+	switch {
+	case d.Verdict == Ask && d.Prompt == "":
+		d.Prompt = "Run " + QuoteTool(tool) + "?"
+	case d.Verdict == Deny && d.Message == "":
+		d.Message = "The tool " + QuoteTool(tool) + " was not run: the tool policy denied the call."
+	}
+	return d
+}
+
+// QuoteTool quotes a tool name, as the model wrote it, for a text of the
+// host's: at most 128 bytes of it, made safe by guestabi.SafeText.
+func QuoteTool(name string) string {
+	return strconv.Quote(guestabi.SafeText([]byte(name), 128))
 }
 
 // Policy decides tool calls. Implementations must be safe for concurrent use

@@ -70,3 +70,20 @@ func TestResolve(t *testing.T) {
 		t.Errorf("invalid decision: %+v %v", d, err)
 	}
 }
+
+func TestWithText(t *testing.T) {
+	if d := (Decision{Verdict: Ask, Approvals: 1}).WithText("rm\n-rf"); d.Prompt != `Run "rm\\x0a-rf"?` {
+		t.Errorf("ask: %q", d.Prompt)
+	}
+	if d := (Decision{Verdict: Deny}).WithText("x"); d.Message != `The tool "x" was not run: the tool policy denied the call.` {
+		t.Errorf("deny: %q", d.Message)
+	}
+	for _, d := range []Decision{{Verdict: Allow}, {Verdict: Ask, Prompt: "p", Approvals: 1}, {Verdict: Deny, Message: "m"}} {
+		if got := d.WithText("x"); got != d {
+			t.Errorf("%+v changed to %+v", d, got)
+		}
+	}
+	if d := (Decision{Verdict: Ask, Approvals: 1}).WithText(strings.Repeat("é", 100)); len(d.Prompt) > 200 || d.Check() != nil {
+		t.Errorf("long name: %d bytes", len(d.Prompt))
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
 	"github.com/agenthost/agenthost/host/toolpolicy"
@@ -50,9 +49,9 @@ func (m *Module) DecideTool(ctx context.Context, call toolpolicy.Call) (toolpoli
 		fb := m.opts.ToolFallback
 		switch {
 		case fb.Verdict == toolpolicy.Ask && fb.Prompt == "":
-			fb.Prompt = "The tool policy " + m.gm.Name + " failed to decide. Run " + toolName(call.Tool) + "?"
+			fb.Prompt = "The tool policy " + m.gm.Name + " failed to decide. Run " + toolpolicy.QuoteTool(call.Tool) + "?"
 		case fb.Verdict == toolpolicy.Deny && fb.Message == "":
-			fb.Message = "The tool " + toolName(call.Tool) + " was not run: the tool policy failed to decide."
+			fb.Message = "The tool " + toolpolicy.QuoteTool(call.Tool) + " was not run: the tool policy failed to decide."
 		}
 		m.fallbacks.Add(1)
 		m.failures.Add(1)
@@ -62,19 +61,7 @@ func (m *Module) DecideTool(ctx context.Context, call toolpolicy.Call) (toolpoli
 		}
 		return fb, &toolpolicy.FallbackError{Decision: fb, Err: err}
 	}
-	switch {
-	case d.Verdict == toolpolicy.Ask && d.Prompt == "":
-		d.Prompt = "Run " + toolName(call.Tool) + "?"
-	case d.Verdict == toolpolicy.Deny && d.Message == "":
-		d.Message = "The tool " + toolName(call.Tool) + " was not run: the tool policy denied the call."
-	}
-	return d, nil
-}
-
-// toolName quotes a tool name, as the model wrote it, for a text of the
-// host's.
-func toolName(name string) string {
-	return strconv.Quote(guestabi.SafeText([]byte(name), 128))
+	return d.WithText(call.Tool), nil
 }
 
 func (m *Module) decideTool(ctx context.Context, call *toolpolicy.Call) (toolpolicy.Decision, error) {
