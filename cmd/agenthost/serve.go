@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/guests/policy/standard"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/console"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/httpapi"
 	"github.com/agenthost/agenthost/host/model"
@@ -269,7 +270,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
 	}
 	srv := &http.Server{
-		Handler:           httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods), CommitLatency: &latency}),
+		Handler:           console.Mount(httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods), CommitLatency: &latency})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
