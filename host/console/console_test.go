@@ -293,6 +293,11 @@ func TestConsole(t *testing.T) {
 			chromedp.WaitVisible(css(`#timeline [data-run="`+b+`"] [data-input][data-decision="inject"]`)),
 			chromedp.WaitVisible(css(`#timeline [data-run="`+a+`"][data-state="active"]`)),
 		)
+		if *updateScreenshot {
+			// Not a wait for anything: for the picture, A works on for a
+			// while after B arrived, as a model does.
+			time.Sleep(2 * time.Second)
+		}
 		select {
 		case s.gate <- struct{}{}: // A's tool call
 		case <-time.After(limit):

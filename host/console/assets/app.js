@@ -10,6 +10,9 @@ const BASE = location.pathname.replace(/ui\/[^/]*$/, '');
 const OPEN = new Set(['queued', 'active']);
 const MAX_STREAMS = 4; // a browser opens at most 6 connections to one server
 
+// Inputs this tab saw rejected, by thread: the server keeps no trace of them.
+const rejectedByThread = new Map();
+
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || '',
   cleanup: null,
@@ -361,7 +364,10 @@ function submitForm(thread, page, { onAccepted, onRejected } = {}) {
         let text = describe(err);
         if (err.code === 'busy') {
           text = 'Rejected: the thread is busy and its input policy rejected the input. Nothing was written; submit it again later.';
-          onRejected && onRejected({ time: Date.now(), content: body.content, key: headers['Idempotency-Key'] || '' });
+          const entry = { time: Date.now(), content: body.content, key: headers['Idempotency-Key'] || '' };
+          if (!rejectedByThread.has(t)) rejectedByThread.set(t, []);
+          rejectedByThread.get(t).push(entry);
+          onRejected && onRejected(entry);
         } else if (err.code === 'key_reused') {
           text = 'Refused: the idempotency key was already used on this thread with other content. Use a new key. (' + err.detail + ')';
         } else if (err.code === 'unavailable') {
@@ -461,8 +467,6 @@ function rank(r) { return r.state === 'active' ? 0 : r.state === 'queued' ? 1 : 
 
 // ---- A thread. ----
 
-// Inputs this tab saw rejected, by thread: the server keeps no trace of them.
-const rejectedByThread = new Map();
 
 async function threadPage(page, thread) {
   const rejected = rejectedByThread.get(thread) || [];
@@ -486,7 +490,7 @@ async function threadPage(page, thread) {
     h('h2', {}, 'Submit an input'),
     submitForm(thread, page, {
       onAccepted: () => { refresh(); },
-      onRejected: (x) => { rejected.push(x); draw(); },
+      onRejected: () => { draw(); },
     }),
     h('h2', {}, 'Runs'),
     table,
