@@ -212,7 +212,8 @@ async function route() {
     else await threadsPage(page, params);
   } catch (e) {
     if (ctl.signal.aborted || e.status === 401) return;
-    put(main(), h('h1', { tabindex: -1 }, 'Something went wrong'), notice('error', describe(e)));
+    put(main(), h('h1', { tabindex: -1 }, e.status === 404 ? 'Not found' : 'Something went wrong'), notice('error', describe(e)),
+      h('p', {}, h('a', { href: '#/threads' }, 'Back to the threads')));
   }
   const h1 = main().querySelector('h1');
   if (h1 && !document.getElementById('token-form') && document.activeElement === document.body) {
