@@ -126,6 +126,9 @@ func injectGuest(t *testing.T) []byte {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
+		if os.Getenv("AGENTHOST_REQUIRE_ALL") != "1" {
+			t.Skipf("no go command to build the inject guest: %v", err)
+		}
 		t.Fatalf("no go command to build the inject guest: %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "inject.wasm")
