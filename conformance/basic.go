@@ -33,8 +33,8 @@ func testInfo(c *C) {
 	d := c.sharedInstance()
 	info, err := d.Info(c.ctx)
 	c.ok("handshake.info", "Info", err)
-	if info.ProtocolVersion != driver.ProtocolVersion {
-		c.Errorf("handshake.protocol-version", "Info says protocol version %d, the suite speaks %d", info.ProtocolVersion, driver.ProtocolVersion)
+	if info.ProtocolVersion < driver.OldestProtocolVersion || info.ProtocolVersion > driver.ProtocolVersion {
+		c.Errorf("handshake.protocol-version", "Info says protocol version %d, the suite speaks %d to %d", info.ProtocolVersion, driver.OldestProtocolVersion, driver.ProtocolVersion)
 	}
 	if info.Name == "" || info.Version == "" {
 		c.Errorf("handshake.names", "Info must name the driver and its version: %+v", info)

@@ -67,7 +67,10 @@ type Driver interface {
 
 // Info describes a driver.
 type Info struct {
-	// ProtocolVersion is the store protocol version the driver speaks.
+	// ProtocolVersion is the store protocol version the driver speaks,
+	// between OldestProtocolVersion and ProtocolVersion. Across the plugin
+	// boundary it is the version both sides speak: no more than the
+	// handshake chose, nor than Speaks says of the served driver.
 	ProtocolVersion int
 	Name            string
 	Version         string
@@ -117,7 +120,27 @@ type Batch struct {
 }
 
 // ProtocolVersion is the store protocol version this package describes.
-const ProtocolVersion = 1
+// Version 2 added step records and thread listing (StepStore,
+// ThreadLister, Batch.Steps, Run.TakenBy and Run.TranscriptIDs).
+const ProtocolVersion = 2
+
+// OldestProtocolVersion is the oldest store protocol version the host still
+// accepts. A driver speaking it keeps working without the capabilities of
+// later versions: on a version 1 driver (no StepStore) the host restarts a
+// recovered run from its first step and takes no input by injection.
+const OldestProtocolVersion = 1
+
+// Speaks returns the store protocol version d speaks as a Go value: 2 if
+// it implements StepStore and ThreadLister, else 1. A driver's Info may
+// claim less, never more (see Info.ProtocolVersion).
+func Speaks(d Driver) int {
+	_, steps := d.(StepStore)
+	_, threads := d.(ThreadLister)
+	if steps && threads {
+		return 2
+	}
+	return 1
+}
 
 // MaxBatchBytes bounds the encoded size (in the protocol's wire form) of one
 // committed batch: the server of the protocol, in the driver process,

@@ -1,4 +1,4 @@
-// Package storepb is the wire form of the store driver protocol, version 1:
+// Package storepb is the wire form of the store driver protocol, version 2:
 // store.proto and the Go generated from it (run `make proto` after editing
 // the .proto file).
 //

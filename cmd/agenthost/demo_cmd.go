@@ -78,9 +78,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return nil, err
 		}
 		d = nd
-		return nd, nil
+		return nd.Store(), nil
 	}
-	if err := demo(ctx, stdout, d, pol, restart); err != nil {
+	if err := demo(ctx, stdout, d.Store(), pol, restart); err != nil {
 		fmt.Fprintln(stderr, "agenthost: demo failed:", err)
 		return exitFail
 	}

@@ -207,7 +207,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	if err != nil {
 		return err
 	}
-	pd, _ := d.(*driverhost.Driver)
+	pd := driverhost.Of(d)
 	if pd != nil {
 		kill.set(pd.Kill)
 	}
@@ -407,8 +407,11 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 		d.Close(context.Background())
 		return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
 	}
-	log.Info("store driver ready", "name", info.Name, "version", info.Version, "durable", info.Durable, "certificate", cert.Key, "pid", d.Pid())
-	return d, nil
+	log.Info("store driver ready", "name", info.Name, "version", info.Version, "protocol", d.Protocol(), "durable", info.Durable, "certificate", cert.Key, "pid", d.Pid())
+	if d.Protocol() < 2 {
+		log.Warn("the store driver speaks store protocol 1: it keeps no step records, so a recovered run restarts from its first step and no input is taken by injection", "name", info.Name)
+	}
+	return d.Store(), nil
 }
 
 // loadPolicy returns the configured input policy: a standard one by name,

@@ -52,7 +52,7 @@ func TestContract(t *testing.T) {
 	for _, name := range drivers {
 		t.Run(name, func(t *testing.T) {
 			storedrivertest.Run(t, func(t *testing.T) driver.Driver {
-				return launch(t, config(t, name, t.TempDir()))
+				return launch(t, config(t, name, t.TempDir())).Store()
 			})
 			noChildren(t)
 		})
@@ -223,10 +223,10 @@ func TestLaunchErrors(t *testing.T) {
 	ctx := context.Background()
 	// No common protocol version.
 	cfg := config(t, "memstore", "")
-	driverhost.SetProtocolVersions(&cfg, 2)
+	driverhost.SetProtocolVersions(&cfg, driver.ProtocolVersion+1)
 	_, err := driverhost.Launch(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "version") {
-		t.Fatalf("launch offering only protocol version 2: %v", err)
+		t.Fatalf("launch offering only protocol version %d: %v", driver.ProtocolVersion+1, err)
 	}
 	noChildren(t)
 	// A config the driver refuses.

@@ -67,6 +67,10 @@ type Driver struct {
 	// beforePublish, when set (by tests), runs in start just before the
 	// new subprocess is published to Kill.
 	beforePublish func()
+
+	// protocol is the store protocol version the first process spoke;
+	// a restarted process must speak the same (see start).
+	protocol int
 }
 
 // ErrKilled is the error of a Close that did not finish by its context's
@@ -83,6 +87,8 @@ type instance struct {
 	rpc     plugin.ClientProtocol
 	c       *driverrpc.Client
 	suspect chan struct{} // closed when a call found the driver unreachable
+	// protocol is the store protocol version the process speaks.
+	protocol int
 	once    sync.Once
 }
 
@@ -103,6 +109,12 @@ var _ driver.Driver = (*Driver)(nil)
 // and returns it. A failure to start, a checksum mismatch, a handshake
 // refused (e.g. no common protocol version) or a refused config is an
 // error, and leaves no process behind.
+//
+// The host offers every store protocol version from
+// driver.OldestProtocolVersion to driver.ProtocolVersion; Protocol says
+// which the driver speaks, and Store returns the value the host should use
+// as its driver.Driver: one with driver.StepStore and driver.ThreadLister
+// exactly when the driver speaks version 2.
 func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Path == "" {
 		return nil, fmt.Errorf("%w: no driver binary", driver.ErrInvalidArgument)
@@ -117,7 +129,7 @@ func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.RestartBackoff = time.Second
 	}
 	if len(cfg.protocolVersions) == 0 {
-		cfg.protocolVersions = []int{driver.ProtocolVersion}
+		cfg.protocolVersions = driverrpc.Versions()
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path)}
 	in, err := d.start(ctx)
@@ -125,7 +137,41 @@ func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d.cur = in
+	d.protocol = in.protocol
 	return d, nil
+}
+
+// Protocol returns the store protocol version the driver speaks: the
+// lower of the one the handshake chose and the one its Info reports.
+func (d *Driver) Protocol() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.protocol
+}
+
+// Store returns the driver as the host should use it: d itself for a
+// driver speaking store protocol 1, and a *StepDriver, which adds
+// driver.StepStore and driver.ThreadLister, for one speaking 2. The host
+// finds the step records by type assertion, and on a version 1 driver
+// restarts recovered runs from their first step and takes no input by
+// injection.
+func (d *Driver) Store() driver.Driver {
+	if d.Protocol() >= 2 {
+		return &StepDriver{d}
+	}
+	return d
+}
+
+// Of returns the *Driver a value Store returned wraps, or nil when dd is
+// not one.
+func Of(dd driver.Driver) *Driver {
+	switch x := dd.(type) {
+	case *Driver:
+		return x
+	case *StepDriver:
+		return x.Driver
+	}
+	return nil
 }
 
 // checksum returns the SHA-256 of the binary at path.
@@ -153,10 +199,7 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	}
 	cmd := exec.Command(d.cfg.Path, d.cfg.Args...)
 	cmd.Env = append([]string{}, d.cfg.Env...)
-	sets := map[int]plugin.PluginSet{}
-	for _, v := range d.cfg.protocolVersions {
-		sets[v] = driverrpc.PluginSets(nil)[driver.ProtocolVersion]
-	}
+	sets := driverrpc.PluginSetsFor(nil, d.cfg.protocolVersions...)
 	pc := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  driverrpc.Handshake,
 		VersionedPlugins: sets,
@@ -178,8 +221,8 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	if err != nil {
 		return fail(fmt.Errorf("starting driver %s: %w", d.cfg.Path, err))
 	}
-	if v := pc.NegotiatedVersion(); v != driver.ProtocolVersion {
-		return fail(fmt.Errorf("driver %s speaks store protocol version %d, not %d", d.cfg.Path, v, driver.ProtocolVersion))
+	if v := pc.NegotiatedVersion(); v < driver.OldestProtocolVersion || v > driver.ProtocolVersion {
+		return fail(fmt.Errorf("driver %s speaks store protocol version %d, not one of %d to %d", d.cfg.Path, v, driver.OldestProtocolVersion, driver.ProtocolVersion))
 	}
 	raw, err := rpc.Dispense(driverrpc.PluginName)
 	if err != nil {
@@ -192,8 +235,20 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	if err := c.Open(ctx, d.cfg.DriverConfig); err != nil {
 		return fail(fmt.Errorf("opening driver %s: %w", d.cfg.Path, err))
 	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("driver %s: %w", d.cfg.Path, err))
+	}
+	protocol := info.ProtocolVersion // the client bounds it by the handshake's
+	if protocol < driver.OldestProtocolVersion {
+		return fail(fmt.Errorf("driver %s reports store protocol version %d, older than %d", d.cfg.Path, protocol, driver.OldestProtocolVersion))
+	}
+	if d.protocol != 0 && protocol != d.protocol {
+		// The host chose its use of the driver at launch (Store).
+		return fail(fmt.Errorf("driver %s restarted speaking store protocol version %d, not %d as at launch", d.cfg.Path, protocol, d.protocol))
+	}
 	d.starts++
-	in := &instance{proc: cmd.Process, pc: pc, rpc: rpc, c: c, suspect: make(chan struct{})}
+	in := &instance{proc: cmd.Process, pc: pc, rpc: rpc, c: c, suspect: make(chan struct{}), protocol: protocol}
 	if d.beforePublish != nil {
 		d.beforePublish()
 	}

@@ -17,9 +17,10 @@ import (
 // every call over gRPC to a driver served by storedriver.Serve. Errors come
 // back as the sentinels of package abi/driver (see FromStatus).
 type Client struct {
-	c      storepb.StoreClient
-	closed atomic.Bool
-	co     coalescer
+	c        storepb.StoreClient
+	closed   atomic.Bool
+	co       coalescer
+	protocol int // the version the handshake chose; 0 without one
 }
 
 var _ driver.Driver = (*Client)(nil)
@@ -71,7 +72,7 @@ func (c *Client) Info(ctx context.Context) (driver.Info, error) {
 	if err != nil {
 		return driver.Info{}, c.fail(ctx, err)
 	}
-	return driver.Info{ProtocolVersion: int(r.ProtocolVersion), Name: r.Name, Version: r.Version, Durable: r.Durable, Leases: r.Leases}, nil
+	return driver.Info{ProtocolVersion: min(int(r.ProtocolVersion), c.Handshake()), Name: r.Name, Version: r.Version, Durable: r.Durable, Leases: r.Leases}, nil
 }
 
 // LoadThread implements driver.Driver.

@@ -54,6 +54,7 @@ func RunToProto(r record.Run) *storepb.Run {
 		InputMessageIds: r.InputMessageIDs, AssistantMessageId: r.AssistantMessageID, AnswerSeq: r.AnswerSeq,
 		AbsorbedIntoRunId: r.AbsorbedIntoRunID, Attempt: int64(r.Attempt), Owner: r.Owner, Error: r.Error,
 		EndSeq: r.EndSeq, CreatedAt: tsToProto(r.CreatedAt), StartedAt: tsToProto(r.StartedAt), EndedAt: tsToProto(r.EndedAt),
+		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs,
 	}
 }
 
@@ -67,6 +68,7 @@ func RunFromProto(p *storepb.Run) record.Run {
 		InputMessageIDs: p.InputMessageIds, AssistantMessageID: p.AssistantMessageId, AnswerSeq: p.AnswerSeq,
 		AbsorbedIntoRunID: p.AbsorbedIntoRunId, Attempt: int(p.Attempt), Owner: p.Owner, Error: p.Error,
 		EndSeq: p.EndSeq, CreatedAt: tsFromProto(p.CreatedAt), StartedAt: tsFromProto(p.StartedAt), EndedAt: tsFromProto(p.EndedAt),
+		TakenBy: p.TakenBy, TranscriptIDs: p.TranscriptIds,
 	}
 }
 
@@ -170,6 +172,9 @@ func BatchToProto(b driver.Batch) *storepb.Batch {
 			p.Idempotency[i] = IdempotencyToProto(k)
 		}
 	}
+	if len(b.Steps) > 0 {
+		p.Steps = StepsToProto(b.Steps)
+	}
 	return p
 }
 
@@ -188,7 +193,101 @@ func BatchFromProto(p *storepb.Batch) driver.Batch {
 			b.Idempotency[i] = IdempotencyFromProto(k)
 		}
 	}
+	if len(p.Steps) > 0 {
+		b.Steps = StepsFromProto(p.Steps)
+	}
 	return b
+}
+
+// StepToProto converts a step record to its wire form.
+func StepToProto(s record.Step) *storepb.Step {
+	p := &storepb.Step{
+		Id: s.ID, RunId: s.RunID, ThreadId: s.ThreadID, Seq: s.Seq, Attempt: int64(s.Attempt), Model: int64(s.Model),
+		Kind: string(s.Kind), CreatedAt: tsToProto(s.CreatedAt),
+	}
+	if s.Kind != record.StepTake || s.Message.ID != "" {
+		p.Message = MessageToProto(s.Message)
+	}
+	if len(s.Taken) > 0 {
+		p.Taken = make([]*storepb.Take, len(s.Taken))
+		for i, t := range s.Taken {
+			p.Taken[i] = &storepb.Take{RunId: t.RunID, InputMessageIds: t.InputMessageIDs}
+		}
+	}
+	return p
+}
+
+// StepFromProto converts a step record from its wire form.
+func StepFromProto(p *storepb.Step) record.Step {
+	if p == nil {
+		return record.Step{}
+	}
+	s := record.Step{
+		ID: p.Id, RunID: p.RunId, ThreadID: p.ThreadId, Seq: p.Seq, Attempt: int(p.Attempt), Model: int(p.Model),
+		Kind: record.StepKind(p.Kind), Message: MessageFromProto(p.Message), CreatedAt: tsFromProto(p.CreatedAt),
+	}
+	if len(p.Taken) > 0 {
+		s.Taken = make([]record.Take, len(p.Taken))
+		for i, t := range p.Taken {
+			s.Taken[i] = record.Take{RunID: t.GetRunId(), InputMessageIDs: t.GetInputMessageIds()}
+		}
+	}
+	return s
+}
+
+// StepsToProto converts step records to their wire form.
+func StepsToProto(ss []record.Step) []*storepb.Step {
+	out := make([]*storepb.Step, len(ss))
+	for i, s := range ss {
+		out[i] = StepToProto(s)
+	}
+	return out
+}
+
+// StepsFromProto converts step records from their wire form.
+func StepsFromProto(ps []*storepb.Step) []record.Step {
+	out := make([]record.Step, len(ps))
+	for i, p := range ps {
+		out[i] = StepFromProto(p)
+	}
+	return out
+}
+
+// StepBatchToProto converts a CommitSteps batch to its wire form.
+func StepBatchToProto(b driver.StepBatch) *storepb.StepBatch {
+	return &storepb.StepBatch{
+		ThreadId: b.ThreadID, RunId: b.RunID, Owner: b.Owner, Attempt: int64(b.Attempt), Fence: b.Fence,
+		Steps: StepsToProto(b.Steps),
+	}
+}
+
+// StepBatchFromProto converts a CommitSteps batch from its wire form.
+func StepBatchFromProto(p *storepb.StepBatch) driver.StepBatch {
+	if p == nil {
+		return driver.StepBatch{}
+	}
+	return driver.StepBatch{
+		ThreadID: p.ThreadId, RunID: p.RunId, Owner: p.Owner, Attempt: int(p.Attempt), Fence: p.Fence,
+		Steps: StepsFromProto(p.Steps),
+	}
+}
+
+// ThreadsToProto converts thread headers to their wire form.
+func ThreadsToProto(ts []record.Thread) []*storepb.Thread {
+	out := make([]*storepb.Thread, len(ts))
+	for i, t := range ts {
+		out[i] = ThreadToProto(t)
+	}
+	return out
+}
+
+// ThreadsFromProto converts thread headers from their wire form.
+func ThreadsFromProto(ps []*storepb.Thread) []record.Thread {
+	out := make([]record.Thread, len(ps))
+	for i, p := range ps {
+		out[i] = ThreadFromProto(p)
+	}
+	return out
 }
 
 // LeaseToProto converts a lease to its wire form.

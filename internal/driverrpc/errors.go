@@ -108,6 +108,10 @@ func FromStatus(err error) error {
 		return &remoteError{msg: driver.ErrUnavailable.Error() + ": " + st.Message(), sentinel: driver.ErrUnavailable}
 	case codes.ResourceExhausted:
 		return &remoteError{msg: driver.ErrTooLarge.Error() + ": " + st.Message(), sentinel: driver.ErrTooLarge}
+	case codes.Unimplemented:
+		// A call the driver does not have: a version 2 call to a driver
+		// speaking version 1, or a lease call to one without leases.
+		return &remoteError{msg: driver.ErrInvalidArgument.Error() + ": " + st.Message(), sentinel: driver.ErrInvalidArgument}
 	case codes.Canceled:
 		return &remoteError{msg: st.Message(), sentinel: context.Canceled}
 	case codes.DeadlineExceeded:

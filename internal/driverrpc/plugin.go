@@ -38,27 +38,55 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is what the driver side serves; nil on the host side.
 	Impl *Server
+	// Version is the store protocol version of the plugin set this plugin
+	// is in: go-plugin uses the plugin of the version the handshake chose.
+	Version int
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
 
 // GRPCServer implements plugin.GRPCPlugin.
 func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	p.Impl.SetProtocol(p.Version)
 	storepb.RegisterStoreServer(s, p.Impl)
 	return nil
 }
 
 // GRPCClient implements plugin.GRPCPlugin.
 func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return NewClient(c), nil
+	cl := NewClient(c)
+	cl.protocol = p.Version
+	return cl, nil
 }
 
-// PluginSets returns the versioned plugin sets of a store driver: protocol
-// version driver.ProtocolVersion, serving s (nil on the host side).
+// PluginSets returns the versioned plugin sets of a store driver: every
+// protocol version from driver.OldestProtocolVersion to
+// driver.ProtocolVersion, serving s (nil on the host side). The handshake
+// chooses the highest version both sides offer; a driver that does not
+// speak the chosen version as a Go value says so in its Info (see
+// Server.Info).
 func PluginSets(s *Server) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		driver.ProtocolVersion: {PluginName: &GRPCPlugin{Impl: s}},
+	return PluginSetsFor(s, Versions()...)
+}
+
+// PluginSetsFor returns the plugin sets of the given protocol versions
+// only, serving s (nil on the host side).
+func PluginSetsFor(s *Server, versions ...int) map[int]plugin.PluginSet {
+	sets := make(map[int]plugin.PluginSet, len(versions))
+	for _, v := range versions {
+		sets[v] = plugin.PluginSet{PluginName: &GRPCPlugin{Impl: s, Version: v}}
 	}
+	return sets
+}
+
+// Versions lists the store protocol versions this module speaks, oldest
+// first.
+func Versions() []int {
+	var vs []int
+	for v := driver.OldestProtocolVersion; v <= driver.ProtocolVersion; v++ {
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 // NewGRPCServer is the gRPC server constructor of a driver process: the

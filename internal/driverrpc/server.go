@@ -27,15 +27,38 @@ type Server struct {
 
 	opener Opener
 
-	mu     sync.RWMutex
-	d      driver.Driver
-	closed bool
+	mu       sync.RWMutex
+	d        driver.Driver
+	closed   bool
+	protocol int // the version the handshake chose; 0 until set
 }
 
 var _ storepb.StoreServer = (*Server)(nil)
 
-// NewServer returns a server for the drivers o opens.
+// NewServer returns a server for the drivers o opens. Without a handshake
+// (SetProtocol) it speaks driver.ProtocolVersion.
 func NewServer(o Opener) *Server { return &Server{opener: o} }
+
+// SetProtocol sets the store protocol version the handshake chose: the
+// server speaks no later one. go-plugin calls it through GRPCPlugin.
+func (s *Server) SetProtocol(v int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.protocol = v
+}
+
+// protocolOf returns the store protocol version the server speaks for the
+// driver d it serves: the version the driver claims, bounded by the one
+// the handshake chose and by what d implements (driver.Speaks).
+func (s *Server) protocolOf(d driver.Driver, claimed int) int {
+	s.mu.RLock()
+	v := s.protocol
+	s.mu.RUnlock()
+	if v == 0 {
+		v = driver.ProtocolVersion
+	}
+	return min(v, claimed, driver.Speaks(d))
+}
 
 func (s *Server) driver() (driver.Driver, error) {
 	s.mu.RLock()
@@ -77,7 +100,7 @@ func (s *Server) Info(ctx context.Context, _ *storepb.InfoRequest) (*storepb.Inf
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &storepb.InfoResponse{ProtocolVersion: int32(info.ProtocolVersion), Name: info.Name, Version: info.Version, Durable: info.Durable, Leases: info.Leases}, nil
+	return &storepb.InfoResponse{ProtocolVersion: int32(s.protocolOf(d, info.ProtocolVersion)), Name: info.Name, Version: info.Version, Durable: info.Durable, Leases: info.Leases}, nil
 }
 
 // LoadThread implements storepb.StoreServer.
@@ -167,6 +190,9 @@ func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, 
 	}
 	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
 		return 0, fmt.Errorf("%w: a fenced batch, but the driver has no leases", driver.ErrInvalidArgument)
+	}
+	if _, ok := d.(driver.StepStore); len(pb.GetSteps()) > 0 && !ok {
+		return 0, fmt.Errorf("%w: a batch with steps, but the driver keeps no step records (store protocol 1)", driver.ErrInvalidArgument)
 	}
 	driverfault.Reach(driverfault.BeforeCommit)
 	v, err := d.Commit(ctx, BatchFromProto(pb))

@@ -29,12 +29,22 @@ import (
 // the committer runs each member alone. Each batch reads its thread's header
 // inside the transaction, so badger's conflict detection covers it.
 
-// commitReq is one queued commit.
+// commitReq is one queued commit: a Batch, or a CommitSteps batch when sb
+// is set. Both kinds share groups, so that many runs' steps share a sync.
 type commitReq struct {
 	ctx  context.Context
 	b    driver.Batch
+	sb   *driver.StepBatch
 	enc  encoded
 	done chan error
+}
+
+// name says what req commits, for errors.
+func (req *commitReq) name() string {
+	if req.sb != nil {
+		return "steps of run " + req.sb.RunID
+	}
+	return "batch " + req.b.CommitID
 }
 
 // encoded is a batch's values, encoded by the committing goroutine before
@@ -44,6 +54,7 @@ type encoded struct {
 	runs   [][]byte
 	msgs   [][]byte
 	idem   [][]byte
+	steps  [][]byte
 	size   int
 }
 
@@ -69,7 +80,22 @@ func encode(b driver.Batch) (encoded, error) {
 	for _, k := range b.Idempotency {
 		e.idem = append(e.idem, marshal(driverrpc.IdempotencyToProto(k)))
 	}
+	e.steps, err = encodeSteps(b.Steps, &e.size, err)
 	return e, err
+}
+
+func encodeSteps(steps []record.Step, size *int, err error) ([][]byte, error) {
+	var out [][]byte
+	for _, s := range steps {
+		if err != nil {
+			return nil, err
+		}
+		var v []byte
+		v, err = proto.Marshal(driverrpc.StepToProto(s))
+		*size += len(v)
+		out = append(out, v)
+	}
+	return out, err
 }
 
 // Commit implements driver.Driver.
@@ -213,7 +239,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		if bad >= 0 {
 			txn.Discard()
 			if bad == 0 {
-				pending[0].done <- writeError(pending[0].b, badErr)
+				pending[0].done <- writeError(pending[0], badErr)
 				pending = pending[1:]
 			} else {
 				d.commitGroup(pending[:bad]) // they fit without it
@@ -233,7 +259,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		for i, r := range pending {
 			switch {
 			case err != nil && errors.Is(err, badger.ErrConflict):
-				r.done <- fmt.Errorf("%w: thread %s changed during the commit", driver.ErrVersionConflict, r.b.ThreadID)
+				r.done <- fmt.Errorf("%w: %s: the records it checked changed during the commit", driver.ErrVersionConflict, r.name())
 			case err != nil:
 				r.done <- fmt.Errorf("badgerstore: commit: %w", err)
 			default:
@@ -244,18 +270,21 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 	}
 }
 
-// writeError is the verdict of a batch whose writes failed on their own.
-func writeError(b driver.Batch, err error) error {
+// writeError is the verdict of a commit whose writes failed on their own.
+func writeError(req *commitReq, err error) error {
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		return fmt.Errorf("%w: batch %s is too large for one transaction", driver.ErrTooLarge, b.CommitID)
+		return fmt.Errorf("%w: %s is too large for one transaction", driver.ErrTooLarge, req.name())
 	}
-	return fmt.Errorf("%w: batch %s: %v", driver.ErrInvalidArgument, b.CommitID, err)
+	return fmt.Errorf("%w: %s: %v", driver.ErrInvalidArgument, req.name(), err)
 }
 
 // apply checks req's batch against txn, then writes it to txn. It returns
 // wrote=false with the verdict when a check fails (nothing was written),
 // and wrote=true with an error when a write failed (txn is then poisoned).
 func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) {
+	if req.sb != nil {
+		return d.applySteps(txn, req)
+	}
 	b := req.b
 	// Checks: read everything first, write nothing.
 	cur, lastSeq, err := getThread(txn, b.ThreadID)
@@ -290,6 +319,9 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) 
 			return false, fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, lastSeq)
 		}
 		lastSeq = m.Seq
+	}
+	if err := checkNextSeqs(txn, b.Steps); err != nil {
+		return false, err
 	}
 	oldState := make([]record.RunState, len(b.Runs))
 	for i, r := range b.Runs {
@@ -339,6 +371,9 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) 
 		if err := set(idemKey(k.ThreadID, k.Key), req.enc.idem[i]); err != nil {
 			return true, err
 		}
+	}
+	if err := writeSteps(txn, b.Steps, req.enc.steps); err != nil {
+		return true, err
 	}
 	hdr := make([]byte, 8, 8+len(req.enc.thread))
 	binary.BigEndian.PutUint64(hdr, uint64(lastSeq))

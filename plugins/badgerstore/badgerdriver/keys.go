@@ -57,3 +57,21 @@ func idemKey(threadID, key string) []byte {
 func historyKey(threadID string, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(threadPrefix(tHistory, threadID), uint64(seq))
 }
+
+// Step records (store protocol 2):
+//
+//	p <len run id> <run> <be64 seq>  storepb.Step: the run's step log
+//	n <run id>                       be64 last seq of the run's step log
+//	q <step id>                      step id is taken (empty value)
+const (
+	tStep     = 'p'
+	tStepLast = 'n'
+	tStepID   = 'q'
+)
+
+func stepKey(runID string, seq int64) []byte {
+	return binary.BigEndian.AppendUint64(threadPrefix(tStep, runID), uint64(seq))
+}
+
+func stepLastKey(runID string) []byte { return simpleKey(tStepLast, runID) }
+func stepIDKey(id string) []byte      { return simpleKey(tStepID, id) }

@@ -32,6 +32,11 @@ type args struct {
 	msgs               [][]byte
 	keys               []string
 	keyPayloads        [][]byte
+	runOwners          []string
+	runAttempts        []int64
+	stepRuns, stepIDs  []string
+	stepSeqs           []int64
+	steps              [][]byte
 	openRunIDs         []string
 	size               int
 	threadID, commitID string
@@ -78,11 +83,21 @@ func prepare(b driver.Batch) (*args, error) {
 	a.header = marshal(driverrpc.ThreadToProto(b.Thread))
 	n := len(b.Runs)
 	a.runIDs, a.runStates, a.runSeqs, a.runs = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+	a.runOwners, a.runAttempts = make([]string, n), make([]int64, n)
 	for i, r := range b.Runs {
-		if !storable(r.ID) {
-			return nil, fmt.Errorf("%w: run id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID)
+		if !storable(r.ID) || !storable(r.Owner) {
+			return nil, fmt.Errorf("%w: run id %q, owner %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID, r.Owner)
 		}
 		a.runIDs[i], a.runStates[i], a.runSeqs[i], a.runs[i] = r.ID, string(r.State), r.Seq, marshal(driverrpc.RunToProto(r))
+		a.runOwners[i], a.runAttempts[i] = r.Owner, int64(r.Attempt)
+	}
+	n = len(b.Steps)
+	a.stepRuns, a.stepIDs, a.stepSeqs, a.steps = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+	for i, st := range b.Steps {
+		if !storable(st.ID) || !storable(st.RunID) {
+			return nil, fmt.Errorf("%w: step id %q of run %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, st.ID, st.RunID)
+		}
+		a.stepRuns[i], a.stepIDs[i], a.stepSeqs[i], a.steps[i] = st.RunID, st.ID, st.Seq, marshal(driverrpc.StepToProto(st))
 	}
 	n = len(b.Messages)
 	a.msgIDs, a.msgSeqs, a.msgs = make([]string, n), make([]int64, n), make([][]byte, n)
@@ -115,7 +130,7 @@ func prepare(b driver.Batch) (*args, error) {
 	return a, nil
 }
 
-// Commit implements driver.Driver. The batch is one call of commit_batch
+// Commit implements driver.Driver. The batch is one call of commit_batch3
 // (see schema.go): one statement, prepared on the connection, one round
 // trip, one implicit transaction, in which the version and the fence are
 // checked and the records written, or nothing at all.
@@ -146,7 +161,8 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 			a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
 			a.runIDs, a.runStates, a.runSeqs, a.runs,
 			a.msgSeqs, a.msgIDs, a.msgs,
-			a.keys, a.keyPayloads)
+			a.keys, a.keyPayloads, a.runOwners, a.runAttempts,
+			a.stepRuns, a.stepSeqs, a.stepIDs, a.steps)
 		return err
 	})
 	if err == nil {
@@ -220,7 +236,8 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 				a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
 				a.runIDs, a.runStates, a.runSeqs, a.runs,
 				a.msgSeqs, a.msgIDs, a.msgs,
-				a.keys, a.keyPayloads).QueryRow(func(row pgx.Row) error {
+				a.keys, a.keyPayloads, a.runOwners, a.runAttempts,
+				a.stepRuns, a.stepSeqs, a.stepIDs, a.steps).QueryRow(func(row pgx.Row) error {
 				return row.Scan(&o.state, &o.constraint, &o.message, &o.detail)
 			})
 		}

@@ -44,6 +44,9 @@ type Driver struct {
 	mu       sync.RWMutex
 	closed   bool
 	watchers map[*watcher]struct{}
+
+	stepq     chan *stepReq // to the step committers (steps.go)
+	stepsDone sync.WaitGroup
 }
 
 var (
@@ -56,14 +59,26 @@ var (
 // prepared statement afterwards.
 type statements struct {
 	commit, commitTry, loadThread, getRuns, getIdem, history   string
-	listRuns                                                   string
+	listRuns, stepsTry, readSteps, threads                     string
 	acquire, gcLeases, renew, release, leases, notify, channel string
+}
+
+// params returns "$1, $2, ..., $n".
+func params(n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = fmt.Sprintf("$%d", i+1)
+	}
+	return strings.Join(ps, ", ")
 }
 
 func newStatements(s, schema string) statements {
 	return statements{
-		commit:    "SELECT " + s + ".commit_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
-		commitTry: "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_batch_try($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+		commit:    "SELECT " + s + ".commit_batch3(" + params(25) + ")",
+		commitTry: "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_batch3_try(" + params(25) + ")",
+		stepsTry:  "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_steps_try(" + params(8) + ")",
+		readSteps: "SELECT payload FROM " + s + ".steps WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+		threads:   "SELECT payload FROM " + s + ".threads WHERE id > $1 ORDER BY id LIMIT $2",
 		loadThread: "SELECT t.payload, o.id, r.payload FROM " + s + ".threads t " +
 			"LEFT JOIN LATERAL unnest(t.open_run_ids) WITH ORDINALITY AS o(id, n) ON true " +
 			"LEFT JOIN " + s + ".runs r ON r.id = o.id " +
@@ -127,7 +142,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		return nil, err
 	}
-	return &Driver{cfg: cfg, pool: pool, s: s, sql: newStatements(s, cfg.Schema), watchers: map[*watcher]struct{}{}}, nil
+	d := &Driver{cfg: cfg, pool: pool, s: s, sql: newStatements(s, cfg.Schema), watchers: map[*watcher]struct{}{}}
+	d.startStepCommitters()
+	return d, nil
 }
 
 // Info implements driver.Driver.
@@ -437,6 +454,8 @@ func (d *Driver) Close(ctx context.Context) error {
 	for w := range ws {
 		<-w.done
 	}
+	close(d.stepq) // no call is in progress: none sends
+	d.stepsDone.Wait()
 	d.pool.Close()
 	return nil
 }

@@ -73,6 +73,10 @@ func mapError(err error) error {
 			return fmt.Errorf("%w: an idempotency key of the batch exists (%s)", driver.ErrVersionConflict, pe.Detail)
 		case pe.Code == "23505" && strings.HasPrefix(pe.ConstraintName, "messages_"):
 			return fmt.Errorf("%w: a message of the batch exists (%s)", driver.ErrInvalidArgument, pe.Detail)
+		case pe.Code == "23505" && pe.ConstraintName == "steps_pkey":
+			return fmt.Errorf("%w: a concurrent commit wrote the run's next step (%s)", driver.ErrVersionConflict, pe.Detail)
+		case pe.Code == "23505" && pe.ConstraintName == "steps_id_key":
+			return fmt.Errorf("%w: a step of the batch exists (%s)", driver.ErrInvalidArgument, pe.Detail)
 		case pe.Code == "23505" && pe.ConstraintName == "threads_pkey":
 			return fmt.Errorf("%w: a concurrent first commit of the thread (%s)", driver.ErrVersionConflict, pe.Detail)
 		case strings.HasPrefix(pe.Code, "22"): // data exception: NUL bytes, bad UTF-8, values out of range

@@ -27,10 +27,262 @@ type migration struct {
 var migrations = []migration{
 	{1, "threads, runs, messages, idempotency, leases; commit_batch, renew_lease", migration1},
 	{2, "commit_batch_try, for several batches in one transaction", migration2},
+	{3, "steps; runs.owner, runs.attempt; commit_batch3, commit_steps (store protocol 2)", migration3},
 }
 
 // SchemaVersion is the schema version this driver migrates to.
 var SchemaVersion = migrations[len(migrations)-1].version
+
+// migration3 is store protocol 2: the steps table (driver.StepStore), the
+// runs' owner and attempt as columns (CommitSteps checks them), and
+// commit_batch3, commit_batch with both. commit_batch, which a driver of
+// schema version 2 still running against the upgraded schema calls, becomes
+// commit_batch3 with an empty owner and attempt 0 for its runs and no
+// steps: a run written by such a driver never passes CommitSteps' check
+// until a driver of this version writes it again (a recovered run is, with
+// its new attempt, before it runs). The same holds for the runs of a
+// database upgraded in place, whose columns start empty.
+const migration3 = `
+ALTER TABLE {{s}}.runs ADD COLUMN owner text NOT NULL DEFAULT '',
+	ADD COLUMN attempt bigint NOT NULL DEFAULT 0;
+
+CREATE TABLE {{s}}.steps (
+	run_id    text COLLATE "C" NOT NULL,
+	seq       bigint NOT NULL,
+	id        text COLLATE "C" NOT NULL,
+	thread_id text COLLATE "C" NOT NULL,
+	payload   bytea NOT NULL,                     -- storepb.Step
+	CONSTRAINT steps_pkey PRIMARY KEY (run_id, seq),  -- ReadSteps pages by it; the next-seq rule's backstop
+	CONSTRAINT steps_id_key UNIQUE (id)
+);
+
+CREATE FUNCTION {{s}}.commit_batch3(
+	p_thread text, p_expected bigint, p_version bigint, p_fence bigint, p_owner bigint,
+	p_commit_id text, p_open text[], p_header bytea, p_first_seq bigint, p_last_seq bigint,
+	p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_keys text[], p_key_payloads bytea[],
+	p_run_owners text[], p_run_attempts bigint[],
+	p_step_runs text[], p_step_seqs bigint[], p_step_ids text[], p_steps bytea[]
+) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_version  bigint := 0;
+	v_owner    bigint := 0;
+	v_last_seq bigint := 0;
+	v_expires  timestamptz;
+	v_n        bigint;
+	v_run      text;
+	v_first    bigint;
+	v_last     bigint;
+BEGIN
+	-- The thread's row, locked until the transaction ends: the commits of a
+	-- thread are serialized, and each statement below (READ COMMITTED: a
+	-- snapshot per statement) reads after the commit before this one.
+	SELECT t.version, t.owner, t.last_seq INTO v_version, v_owner, v_last_seq
+		FROM {{s}}.threads t WHERE t.id = p_thread FOR UPDATE;
+	IF NOT FOUND THEN
+		v_version := 0; v_owner := 0; v_last_seq := 0;
+	END IF;
+
+	-- 1. The version, first: a stale version is a conflict whatever the fence.
+	IF v_version <> p_expected THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH409',
+			MESSAGE = format('thread %s is at version %s, the batch expects %s', p_thread, v_version, p_expected);
+	END IF;
+
+	-- 2. The fence, by the database's clock now: clock_timestamp(), not
+	-- now(), which is when the transaction began (before any wait for the
+	-- row lock above).
+	IF p_fence = 0 THEN
+		IF p_owner <> v_owner THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403',
+				MESSAGE = format('an unfenced commit may not change the owner of thread %s (%s to %s)', p_thread, v_owner, p_owner);
+		END IF;
+	ELSE
+		IF NOT EXISTS (SELECT 1 FROM {{s}}.leases l WHERE l.epoch = p_fence AND l.expires_at > clock_timestamp()) THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403', MESSAGE = format('lease %s is not live', p_fence);
+		END IF;
+		IF v_owner <> 0 AND v_owner <> p_fence THEN
+			-- Taking the thread over from another lease, which must be dead.
+			-- Its row is locked and read again, so that a renewal in flight
+			-- (renew_lease locks it too) cannot bring it back after this
+			-- commit found it dead.
+			SELECT l.expires_at INTO v_expires FROM {{s}}.leases l WHERE l.epoch = v_owner FOR SHARE;
+			IF FOUND AND v_expires > clock_timestamp() THEN
+				RAISE EXCEPTION USING ERRCODE = 'AH403',
+					MESSAGE = format('thread %s is owned by live lease %s', p_thread, v_owner);
+			END IF;
+		END IF;
+	END IF;
+
+	-- 3. History only grows at its end.
+	IF p_first_seq > 0 AND p_first_seq <= v_last_seq THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400',
+			MESSAGE = format('message seq %s of thread %s is not after the history (at seq %s)', p_first_seq, p_thread, v_last_seq);
+	END IF;
+
+	-- 4. Each run's steps start at the next seq of its log (the steps of a
+	-- run are consecutive in the batch: the driver checked). Two commits
+	-- that both find the same next seq collide on steps_pkey: a conflict.
+	FOR v_run, v_first IN
+		SELECT DISTINCT ON (x.run) x.run, x.seq FROM unnest(p_step_runs, p_step_seqs) WITH ORDINALITY AS x(run, seq, n)
+		ORDER BY x.run, x.n
+	LOOP
+		SELECT coalesce(max(st.seq), 0) INTO v_last FROM {{s}}.steps st WHERE st.run_id = v_run;
+		IF v_first <> v_last + 1 THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH409',
+				MESSAGE = format('step seq %s of run %s is not the next (%s)', v_first, v_run, v_last + 1);
+		END IF;
+	END LOOP;
+
+	-- The writes.
+	IF p_expected = 0 THEN
+		INSERT INTO {{s}}.threads (id, version, owner, last_commit_id, last_seq, open_run_ids, committed_at, payload)
+			VALUES (p_thread, p_version, p_owner, p_commit_id, greatest(p_last_seq, 0), p_open, clock_timestamp(), p_header)
+			ON CONFLICT (id) DO NOTHING;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH409',
+				MESSAGE = format('thread %s was first written by a concurrent commit', p_thread);
+		END IF;
+	ELSE
+		UPDATE {{s}}.threads t SET version = p_version, owner = p_owner, last_commit_id = p_commit_id,
+				last_seq = greatest(t.last_seq, p_last_seq), open_run_ids = p_open,
+				committed_at = clock_timestamp(), payload = p_header
+			WHERE t.id = p_thread;
+	END IF;
+	INSERT INTO {{s}}.idempotency (thread_id, key, payload)
+		SELECT p_thread, k.key, k.payload FROM unnest(p_keys, p_key_payloads) AS k(key, payload);
+	INSERT INTO {{s}}.messages (thread_id, seq, id, payload)
+		SELECT p_thread, m.seq, m.id, m.payload FROM unnest(p_msg_seqs, p_msg_ids, p_msgs) AS m(seq, id, payload);
+	INSERT INTO {{s}}.runs AS r (id, thread_id, state, seq, payload, owner, attempt)
+		SELECT x.id, p_thread, x.state, x.seq, x.payload, x.owner, x.attempt
+			FROM unnest(p_run_ids, p_run_states, p_run_seqs, p_runs, p_run_owners, p_run_attempts) AS x(id, state, seq, payload, owner, attempt)
+		ON CONFLICT (id) DO UPDATE SET state = excluded.state, seq = excluded.seq, payload = excluded.payload,
+				owner = excluded.owner, attempt = excluded.attempt
+			WHERE r.thread_id = excluded.thread_id;
+	GET DIAGNOSTICS v_n = ROW_COUNT;
+	IF v_n <> coalesce(cardinality(p_run_ids), 0) THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400',
+			MESSAGE = format('a run of the batch belongs to another thread than %s', p_thread);
+	END IF;
+	INSERT INTO {{s}}.steps (run_id, seq, id, thread_id, payload)
+		SELECT x.run, x.seq, x.id, p_thread, x.payload
+			FROM unnest(p_step_runs, p_step_seqs, p_step_ids, p_steps) AS x(run, seq, id, payload);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {{s}}.commit_batch(
+	p_thread text, p_expected bigint, p_version bigint, p_fence bigint, p_owner bigint,
+	p_commit_id text, p_open text[], p_header bytea, p_first_seq bigint, p_last_seq bigint,
+	p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_keys text[], p_key_payloads bytea[]
+) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+	PERFORM {{s}}.commit_batch3(p_thread, p_expected, p_version, p_fence, p_owner,
+		p_commit_id, p_open, p_header, p_first_seq, p_last_seq,
+		p_run_ids, p_run_states, p_run_seqs, p_runs,
+		p_msg_seqs, p_msg_ids, p_msgs, p_keys, p_key_payloads,
+		array_fill(''::text, ARRAY[coalesce(cardinality(p_run_ids), 0)]),
+		array_fill(0::bigint, ARRAY[coalesce(cardinality(p_run_ids), 0)]),
+		'{}'::text[], '{}'::bigint[], '{}'::text[], '{}'::bytea[]);
+END
+$fn$;
+
+CREATE FUNCTION {{s}}.commit_batch3_try(
+	p_thread text, p_expected bigint, p_version bigint, p_fence bigint, p_owner bigint,
+	p_commit_id text, p_open text[], p_header bytea, p_first_seq bigint, p_last_seq bigint,
+	p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_keys text[], p_key_payloads bytea[],
+	p_run_owners text[], p_run_attempts bigint[],
+	p_step_runs text[], p_step_seqs bigint[], p_step_ids text[], p_steps bytea[],
+	OUT o_state text, OUT o_constraint text, OUT o_message text, OUT o_detail text
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+	PERFORM {{s}}.commit_batch3(p_thread, p_expected, p_version, p_fence, p_owner,
+		p_commit_id, p_open, p_header, p_first_seq, p_last_seq,
+		p_run_ids, p_run_states, p_run_seqs, p_runs,
+		p_msg_seqs, p_msg_ids, p_msgs, p_keys, p_key_payloads,
+		p_run_owners, p_run_attempts, p_step_runs, p_step_seqs, p_step_ids, p_steps);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS o_state = RETURNED_SQLSTATE, o_constraint = CONSTRAINT_NAME,
+		o_message = MESSAGE_TEXT, o_detail = PG_EXCEPTION_DETAIL;
+END
+$fn$;
+
+-- commit_steps is one CommitSteps: the checks of driver.StepStore, then the
+-- writes, or a refusal that writes nothing: AH409 (the run is not active
+-- with this owner and attempt, or the steps do not start at the next seq),
+-- AH403 (the fence: the lease is not live or does not own the thread),
+-- AH400. The thread's row is not written: its version does not move. The
+-- run's row (and the thread's, when fenced) is locked shared until the
+-- transaction ends, so that a commit that changes the run (or takes the
+-- thread over) waits for it, and it for that commit.
+CREATE FUNCTION {{s}}.commit_steps(
+	p_thread text, p_run text, p_owner text, p_attempt bigint, p_fence bigint,
+	p_seqs bigint[], p_ids text[], p_steps bytea[]
+) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_thread  text;
+	v_state   text;
+	v_owner   text;
+	v_attempt bigint;
+	v_towner  bigint;
+	v_last    bigint;
+BEGIN
+	-- The thread's row first, as commit_batch3 locks it (then the runs'),
+	-- so that the two never wait for each other in a cycle.
+	IF p_fence <> 0 THEN
+		IF NOT EXISTS (SELECT 1 FROM {{s}}.leases l WHERE l.epoch = p_fence AND l.expires_at > clock_timestamp()) THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403', MESSAGE = format('lease %s is not live', p_fence);
+		END IF;
+		SELECT t.owner INTO v_towner FROM {{s}}.threads t WHERE t.id = p_thread FOR SHARE;
+		IF NOT FOUND OR v_towner <> p_fence THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH403',
+				MESSAGE = format('thread %s is owned by lease %s, not %s', p_thread, coalesce(v_towner, 0), p_fence);
+		END IF;
+	END IF;
+	SELECT r.thread_id, r.state, r.owner, r.attempt INTO v_thread, v_state, v_owner, v_attempt
+		FROM {{s}}.runs r WHERE r.id = p_run FOR SHARE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH409', MESSAGE = format('run %s does not exist', p_run);
+	END IF;
+	IF v_thread <> p_thread THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400',
+			MESSAGE = format('run %s belongs to thread %s, not %s', p_run, v_thread, p_thread);
+	END IF;
+	IF v_state <> 'active' OR v_owner <> p_owner OR v_attempt <> p_attempt THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH409',
+			MESSAGE = format('run %s is %s, owner %L, attempt %s; the steps are for an active run of owner %L, attempt %s',
+				p_run, v_state, v_owner, v_attempt, p_owner, p_attempt);
+	END IF;
+	SELECT coalesce(max(st.seq), 0) INTO v_last FROM {{s}}.steps st WHERE st.run_id = p_run;
+	IF p_seqs[1] <> v_last + 1 THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH409',
+			MESSAGE = format('step seq %s of run %s is not the next (%s)', p_seqs[1], p_run, v_last + 1);
+	END IF;
+	INSERT INTO {{s}}.steps (run_id, seq, id, thread_id, payload)
+		SELECT p_run, x.seq, x.id, p_thread, x.payload FROM unnest(p_seqs, p_ids, p_steps) AS x(seq, id, payload);
+END
+$fn$;
+
+-- commit_steps_try is commit_steps in a subtransaction, reporting a refusal
+-- instead of raising it, so that the step commits of many runs share one
+-- transaction, each applied or refused on its own.
+CREATE FUNCTION {{s}}.commit_steps_try(
+	p_thread text, p_run text, p_owner text, p_attempt bigint, p_fence bigint,
+	p_seqs bigint[], p_ids text[], p_steps bytea[],
+	OUT o_state text, OUT o_constraint text, OUT o_message text, OUT o_detail text
+) LANGUAGE plpgsql AS $fn$
+BEGIN
+	PERFORM {{s}}.commit_steps(p_thread, p_run, p_owner, p_attempt, p_fence, p_seqs, p_ids, p_steps);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS o_state = RETURNED_SQLSTATE, o_constraint = CONSTRAINT_NAME,
+		o_message = MESSAGE_TEXT, o_detail = PG_EXCEPTION_DETAIL;
+END
+$fn$;
+`
 
 // migration2 adds commit_batch_try: commit_batch in a subtransaction
 // (a plpgsql block with an exception handler), which reports a refusal

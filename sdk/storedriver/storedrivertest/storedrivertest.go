@@ -5,7 +5,11 @@
 // checks what every driver must do: atomic conditional commits, version
 // conflicts, idempotency key uniqueness, history order and paging, runs
 // listed by state after transitions, argument errors, and ErrClosed after
-// Close. It imports nothing of the host, so a third-party driver can run it.
+// Close; and, for a driver of store protocol 2 (driver.StepStore and
+// driver.ThreadLister), the step rules: CommitSteps's conditions each
+// refused with its sentinel and nothing written, the thread's version
+// unchanged, Batch.Steps atomic with the rest of a commit, paging of steps
+// and threads. It imports nothing of the host, so a third-party driver can run it.
 package storedrivertest
 
 import (
@@ -41,6 +45,11 @@ func Run(t *testing.T, open Open) {
 		{"HistoryPaging", testHistoryPaging},
 		{"ListRunsByState", testListRunsByState},
 		{"InvalidArguments", testInvalidArguments},
+		{"StepsCommitAndRead", testStepsCommitAndRead},
+		{"StepsRefused", testStepsRefused},
+		{"BatchSteps", testBatchSteps},
+		{"ConcurrentSteps", testConcurrentSteps},
+		{"ListThreads", testListThreads},
 		{"Close", testClose},
 	}
 	for _, tc := range tests {
@@ -124,8 +133,16 @@ func testInfo(t *testing.T, d driver.Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.ProtocolVersion != driver.ProtocolVersion || info.Name == "" {
-		t.Fatalf("Info = %+v, want protocol version %d and a name", info, driver.ProtocolVersion)
+	if info.ProtocolVersion < driver.OldestProtocolVersion || info.ProtocolVersion > driver.ProtocolVersion || info.Name == "" {
+		t.Fatalf("Info = %+v, want a protocol version from %d to %d and a name", info, driver.OldestProtocolVersion, driver.ProtocolVersion)
+	}
+	switch speaks := driver.Speaks(d); {
+	case info.ProtocolVersion > speaks:
+		// Across the plugin boundary the driver speaks what it implements.
+		t.Logf("Info claims store protocol %d, but the driver implements protocol %d only (driver.StepStore and driver.ThreadLister are both needed for 2): it is served as protocol %d",
+			info.ProtocolVersion, speaks, speaks)
+	case speaks < driver.ProtocolVersion:
+		t.Logf("the driver speaks store protocol %d: the step rules are skipped; a host on it restarts recovered runs from their first step and takes no input by injection", speaks)
 	}
 }
 

@@ -1,0 +1,173 @@
+package driverrpc
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/abi/storepb"
+	"github.com/agenthost/agenthost/internal/driverfault"
+)
+
+// Protocol version 2: step records and thread listing. The server answers
+// them only for a driver that speaks version 2 (driver.Speaks) over a
+// handshake that chose it; otherwise with UNIMPLEMENTED, which the client
+// turns into driver.ErrInvalidArgument.
+
+// errNoSteps is the status of a version 2 call to a version 1 driver.
+func errNoSteps(what string) error {
+	return status.Errorf(codes.Unimplemented, "%s: the driver speaks store protocol 1, without step records and thread listing", what)
+}
+
+// v2 returns the served driver if it speaks protocol 2 over this
+// connection.
+func (s *Server) v2(what string) (driver.Driver, error) {
+	d, err := s.driver()
+	if err != nil {
+		return nil, err
+	}
+	if s.protocolOf(d, driver.ProtocolVersion) < 2 {
+		return nil, errNoSteps(what)
+	}
+	return d, nil
+}
+
+// checkStepBatch makes the checks the server makes on a step batch before
+// the driver sees it.
+func checkStepBatch(d driver.Driver, pb *storepb.StepBatch) error {
+	if pb == nil {
+		return fmt.Errorf("%w: CommitSteps without a batch", driver.ErrInvalidArgument)
+	}
+	if n := proto.Size(pb); n > driver.MaxBatchBytes {
+		return fmt.Errorf("%w: step batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, driver.MaxBatchBytes)
+	}
+	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
+		return fmt.Errorf("%w: a fenced step batch, but the driver has no leases", driver.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CommitSteps implements storepb.StoreServer.
+func (s *Server) CommitSteps(ctx context.Context, req *storepb.CommitStepsRequest) (*storepb.CommitStepsResponse, error) {
+	d, err := s.v2("CommitSteps")
+	if err != nil {
+		return nil, err
+	}
+	if err := checkStepBatch(d, req.GetBatch()); err != nil {
+		return nil, ToStatus(err)
+	}
+	driverfault.Reach(driverfault.BeforeCommit)
+	if err := d.(driver.StepStore).CommitSteps(ctx, StepBatchFromProto(req.GetBatch())); err != nil {
+		return nil, ToStatus(err)
+	}
+	driverfault.Reach(driverfault.AfterSyncBeforeReply)
+	return &storepb.CommitStepsResponse{}, nil
+}
+
+// ReadSteps implements storepb.StoreServer.
+func (s *Server) ReadSteps(ctx context.Context, req *storepb.ReadStepsRequest) (*storepb.ReadStepsResponse, error) {
+	d, err := s.v2("ReadSteps")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	steps, err := d.(driver.StepStore).ReadSteps(ctx, req.GetRunId(), req.GetAfterSeq(), limit)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.ReadStepsResponse{Steps: StepsToProto(steps)}, nil
+}
+
+// ListThreads implements storepb.StoreServer.
+func (s *Server) ListThreads(ctx context.Context, req *storepb.ListThreadsRequest) (*storepb.ListThreadsResponse, error) {
+	d, err := s.v2("ListThreads")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := intLimit(req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	ts, err := d.(driver.ThreadLister).ListThreads(ctx, req.GetAfter(), limit)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &storepb.ListThreadsResponse{Threads: ThreadsToProto(ts)}, nil
+}
+
+// StepClient is a Client of a driver that speaks protocol 2: it adds
+// driver.StepStore and driver.ThreadLister. Get one with Client.Steps or
+// Client.ForProtocol, only for a driver whose Info says 2: a driver
+// speaking 1 refuses every call with driver.ErrInvalidArgument.
+type StepClient struct{ *Client }
+
+var (
+	_ driver.StepStore    = StepClient{}
+	_ driver.ThreadLister = StepClient{}
+)
+
+// Steps returns c as a StepClient.
+func (c *Client) Steps() StepClient { return StepClient{c} }
+
+// Handshake returns the store protocol version the go-plugin handshake
+// chose, or driver.ProtocolVersion for a client made without one.
+func (c *Client) Handshake() int {
+	if c.protocol == 0 {
+		return driver.ProtocolVersion
+	}
+	return c.protocol
+}
+
+// ForProtocol returns c as the host should use it for a driver speaking
+// protocol version v: a StepClient from version 2 on, so that the host
+// finds driver.StepStore and driver.ThreadLister on it by type assertion
+// exactly when the driver has them; c itself before.
+func (c *Client) ForProtocol(v int) driver.Driver {
+	if v >= 2 {
+		return StepClient{c}
+	}
+	return c
+}
+
+// CommitSteps implements driver.StepStore.
+func (c StepClient) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	if _, err := c.c.CommitSteps(ctx, &storepb.CommitStepsRequest{Batch: StepBatchToProto(b)}, callOpts...); err != nil {
+		return c.fail(ctx, err)
+	}
+	return nil
+}
+
+// ReadSteps implements driver.StepStore.
+func (c StepClient) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	r, err := c.c.ReadSteps(ctx, &storepb.ReadStepsRequest{RunId: runID, AfterSeq: afterSeq, Limit: int64(limit)}, callOpts...)
+	if err != nil {
+		return nil, c.fail(ctx, err)
+	}
+	return StepsFromProto(r.Steps), nil
+}
+
+// ListThreads implements driver.ThreadLister.
+func (c StepClient) ListThreads(ctx context.Context, after string, limit int) ([]record.Thread, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	r, err := c.c.ListThreads(ctx, &storepb.ListThreadsRequest{After: after, Limit: int64(limit)}, callOpts...)
+	if err != nil {
+		return nil, c.fail(ctx, err)
+	}
+	return ThreadsFromProto(r.Threads), nil
+}
