@@ -89,7 +89,7 @@ type instance struct {
 	suspect chan struct{} // closed when a call found the driver unreachable
 	// protocol is the store protocol version the process speaks.
 	protocol int
-	once    sync.Once
+	once     sync.Once
 }
 
 func (in *instance) markSuspect() { in.once.Do(func() { close(in.suspect) }) }

@@ -510,15 +510,21 @@ func appliedVersion(ctx context.Context, q interface {
 // lock (released with the transaction, also when the connection drops) and
 // then looks again whether another host applied it meanwhile.
 func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	return migrateTo(ctx, pool, schema, migrations)
+}
+
+// migrateTo applies migrations ms (a prefix of migrations).
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, ms []migration) error {
+	target := ms[len(ms)-1].version
 	s := pgx.Identifier{schema}.Sanitize()
 	v, err := appliedVersion(ctx, pool, s)
 	if err != nil {
 		return err
 	}
-	if v > SchemaVersion {
-		return fmt.Errorf("%w: pgstore: schema %s is at version %d, newer than this driver's %d: use a newer driver", driver.ErrInvalidArgument, schema, v, SchemaVersion)
+	if v > target {
+		return fmt.Errorf("%w: pgstore: schema %s is at version %d, newer than this driver's %d: use a newer driver", driver.ErrInvalidArgument, schema, v, target)
 	}
-	if v == SchemaVersion {
+	if v == target {
 		return nil
 	}
 	key := migrateLockKey(schema)
@@ -533,7 +539,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err != nil {
 		return fmt.Errorf("pgstore: creating schema %s: %w", schema, err)
 	}
-	for _, m := range migrations {
+	for _, m := range ms {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
 				return err
