@@ -147,6 +147,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	p, f, s := r.Counts()
 	fmt.Fprintf(tw, "cases\t%d passed, %d failed, %d skipped in %s\n", p, f, s, r.Duration.Round(time.Millisecond))
 	fmt.Fprintf(tw, "tiers\tclaimed %s; passed %s\n", tierList(r.Claimed), tierList(r.Passed))
+	if lacks := r.Lacks(); lacks != "" {
+		fmt.Fprintf(tw, "lacks\t%s\n", lacks)
+	}
 	if rules := r.FailedRules(); len(rules) > 0 {
 		fmt.Fprintf(tw, "broken rules\t%s\n", strings.Join(rules, ", "))
 	}

@@ -14,7 +14,7 @@ import (
 // Version is the version of the suite. It appears in every report and keys
 // the host's certificates: a driver certified by another version of the
 // suite is certified again.
-const Version = "1.1.0"
+const Version = "1.2.0"
 
 // Tier is a capability tier a driver claims.
 type Tier string
@@ -137,6 +137,16 @@ func (r *Report) FailedRules() []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// Lacks says what the driver lacks of the protocol the suite speaks, and
+// what a host does instead; empty for a driver of the latest protocol (or
+// one whose handshake failed).
+func (r *Report) Lacks() string {
+	if r.Driver.ProtocolVersion == 1 {
+		return Lacks1
+	}
+	return ""
 }
 
 // Counts returns the number of passed, failed and skipped cases.
@@ -274,7 +284,7 @@ func passed(rep *Report) []Tier {
 			if tierRank(res.Tier) <= tierRank(t) && res.Status == Fail {
 				ok = false
 			}
-			if res.Tier == t && res.Status == Skip && !strings.HasPrefix(res.Message, profileSkip) {
+			if res.Tier == t && res.Status == Skip && !strings.HasPrefix(res.Message, profileSkip) && !strings.HasPrefix(res.Message, protocolSkip) {
 				ok = false
 			}
 		}

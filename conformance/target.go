@@ -232,13 +232,25 @@ func (p *inProcess) Start(ctx context.Context, dir string, env []string) (Instan
 		in.stop()
 		return nil, fmt.Errorf("opening the driver: %w", err)
 	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		in.stop()
+		return nil, fmt.Errorf("driver info: %w", err)
+	}
+	in.store = c.ForProtocol(info.ProtocolVersion)
 	return in, nil
 }
 
 type inInstance struct {
 	*driverrpc.Client
-	stop func()
+	store driver.Driver // the client as the host uses it (see driverhost.Driver.Store)
+	stop  func()
 }
+
+// Store returns the instance as the host would use it: with
+// driver.StepStore and driver.ThreadLister when the driver speaks store
+// protocol 2.
+func (i *inInstance) Store() driver.Driver { return i.store }
 
 func (i *inInstance) Close(ctx context.Context) error {
 	err := i.Client.Close(ctx)
