@@ -36,6 +36,9 @@ var brokenDrivers = map[string][]string{
 
 // brokenFactory returns the factory of broken driver name, nil if none.
 func brokenFactory(name string) storedriver.Factory {
+	if f := brokenStepFactory(name); f != nil {
+		return f
+	}
 	if _, ok := brokenDrivers[name]; !ok {
 		return nil
 	}
