@@ -482,3 +482,64 @@ func TestKillDuringRelaunch(t *testing.T) {
 		t.Fatal("a commit succeeded after Kill")
 	}
 }
+
+// TestProtocolVersions: the host speaks protocol 2 to a driver that does,
+// with the step store on the driver value it uses, and protocol 1 to one
+// that speaks only 1 (here: a handshake offering only 1, as a driver built
+// before protocol 2 answers), without it, so that the host can tell.
+func TestProtocolVersions(t *testing.T) {
+	ctx := context.Background()
+	th := storedrivertest.NewBuilder("t")
+	r := th.Run("r1")
+	b := th.Batch([]string{r.ID}, []record.Run{storedrivertest.Activate(r, "h", 1)}, []record.Message{th.Msg("r1-in", r.ID)}, nil)
+	step := storedrivertest.Step(storedrivertest.Activate(r, "h", 1), 1)
+
+	d := launch(t, config(t, "badgerstore", t.TempDir()))
+	if d.Protocol() != 2 {
+		t.Fatalf("badgerstore speaks protocol %d, want 2", d.Protocol())
+	}
+	s := d.Store()
+	ss, ok := s.(driver.StepStore)
+	if _, lok := s.(driver.ThreadLister); !ok || !lok || driverhost.Of(s) != d {
+		t.Fatalf("the store of a protocol 2 driver is %T: no step store or thread lister", s)
+	}
+	if _, err := s.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.CommitSteps(ctx, driver.StepBatch{ThreadID: "t", RunID: r.ID, Owner: "h", Attempt: 1, Steps: []record.Step{step}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ss.ReadSteps(ctx, r.ID, 0, 10); err != nil || len(got) != 1 {
+		t.Fatalf("ReadSteps = %v, %v", got, err)
+	}
+
+	cfg := config(t, "badgerstore", t.TempDir())
+	driverhost.SetProtocolVersions(&cfg, 1)
+	d1 := launch(t, cfg)
+	info, err := d1.Info(ctx)
+	if err != nil || info.ProtocolVersion != 1 || d1.Protocol() != 1 {
+		t.Fatalf("over a protocol 1 handshake: Info %+v, %v, Protocol %d; want 1", info, err, d1.Protocol())
+	}
+	s1 := d1.Store()
+	if _, ok := s1.(driver.StepStore); ok {
+		t.Fatal("the store of a protocol 1 driver is a step store")
+	}
+	if _, ok := s1.(driver.ThreadLister); ok {
+		t.Fatal("the store of a protocol 1 driver is a thread lister")
+	}
+	if driverhost.Of(s1) != d1 {
+		t.Fatal("Of does not find the driver of a protocol 1 store")
+	}
+	// A batch with steps is refused whole by a protocol 1 connection.
+	b.Steps = []record.Step{step}
+	if _, err := s1.Commit(ctx, b); !errors.Is(err, driver.ErrInvalidArgument) {
+		t.Fatalf("a batch with steps over protocol 1: %v, want ErrInvalidArgument", err)
+	}
+	if snap, err := s1.LoadThread(ctx, "t"); err != nil || snap.Thread.Version != 0 {
+		t.Fatalf("after the refused batch: %+v, %v", snap, err)
+	}
+	// The step calls themselves are refused.
+	if err := (&driverhost.StepDriver{Driver: d1}).CommitSteps(ctx, driver.StepBatch{ThreadID: "t", RunID: r.ID, Owner: "h", Attempt: 1, Steps: []record.Step{step}}); !errors.Is(err, driver.ErrInvalidArgument) {
+		t.Fatalf("CommitSteps over protocol 1: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -122,7 +122,7 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 	if err != nil {
 		return nil, err
 	}
-	v, err := commitOne(ctx, d, req.GetBatch())
+	v, err := s.commitOne(ctx, d, req.GetBatch())
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -142,7 +142,7 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 		bs := make([]driver.Batch, 0, len(pbs))
 		idx := make([]int, 0, len(pbs))
 		for i, pb := range pbs {
-			if errs[i] = checkBatch(pb); errs[i] == nil {
+			if errs[i] = s.checkBatch(d, pb); errs[i] == nil {
 				bs = append(bs, BatchFromProto(pb))
 				idx = append(idx, i)
 			}
@@ -157,7 +157,7 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 	} else {
 		var wg sync.WaitGroup
 		for i, pb := range pbs {
-			wg.Go(func() { versions[i], errs[i] = commitOne(ctx, d, pb) })
+			wg.Go(func() { versions[i], errs[i] = s.commitOne(ctx, d, pb) })
 		}
 		wg.Wait()
 	}
@@ -173,26 +173,26 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 }
 
 // checkBatch makes the checks the server makes on a batch before the
-// driver sees it.
-func checkBatch(pb *storepb.Batch) error {
+// driver d sees it.
+func (s *Server) checkBatch(d driver.Driver, pb *storepb.Batch) error {
 	if pb == nil {
 		return fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
 	}
 	if n := proto.Size(pb); n > driver.MaxBatchBytes {
 		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, driver.MaxBatchBytes)
 	}
+	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
+		return fmt.Errorf("%w: a fenced batch, but the driver has no leases", driver.ErrInvalidArgument)
+	}
+	if len(pb.GetSteps()) > 0 && s.protocolOf(d, driver.ProtocolVersion) < 2 {
+		return fmt.Errorf("%w: a batch with steps, but the driver speaks store protocol 1 here, without step records", driver.ErrInvalidArgument)
+	}
 	return nil
 }
 
-func commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
-	if err := checkBatch(pb); err != nil {
+func (s *Server) commitOne(ctx context.Context, d driver.Driver, pb *storepb.Batch) (int64, error) {
+	if err := s.checkBatch(d, pb); err != nil {
 		return 0, err
-	}
-	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
-		return 0, fmt.Errorf("%w: a fenced batch, but the driver has no leases", driver.ErrInvalidArgument)
-	}
-	if _, ok := d.(driver.StepStore); len(pb.GetSteps()) > 0 && !ok {
-		return 0, fmt.Errorf("%w: a batch with steps, but the driver keeps no step records (store protocol 1)", driver.ErrInvalidArgument)
 	}
 	driverfault.Reach(driverfault.BeforeCommit)
 	v, err := d.Commit(ctx, BatchFromProto(pb))
