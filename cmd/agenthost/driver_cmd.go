@@ -76,7 +76,7 @@ func runDriverCertify(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	fmt.Fprintf(stdout, "certified %s (%s), suite %s, tiers %v\n", pos[0], cert.Key, cert.SuiteVersion, cert.Tiers)
+	fmt.Fprintf(stdout, "certified %s (%s), suite %s, tiers %v, store protocol %s\n", pos[0], cert.Key, cert.SuiteVersion, cert.Tiers, cert.Protocol())
 	return exitOK
 }
 
@@ -102,9 +102,9 @@ func runDriverList(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tDRIVER\tSOURCE\tSUITE\tTIERS\tCERTIFIED")
+	fmt.Fprintln(tw, "KEY\tDRIVER\tSOURCE\tSUITE\tTIERS\tPROTOCOL\tCERTIFIED")
 	for _, c := range certs {
-		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%v\t%s\n", c.Key, c.Driver.Name, c.Driver.Version, c.Source, c.SuiteVersion, c.Tiers, c.CertifiedAt.Format("2006-01-02 15:04"))
+		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%v\t%s\t%s\n", c.Key, c.Driver.Name, c.Driver.Version, c.Source, c.SuiteVersion, c.Tiers, c.Protocol(), c.CertifiedAt.Format("2006-01-02 15:04"))
 	}
 	tw.Flush()
 	return exitOK

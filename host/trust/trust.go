@@ -92,7 +92,20 @@ type Certificate struct {
 	Profile      conformance.Profile    `json:"profile"`
 	Driver       conformance.DriverInfo `json:"driver"`
 	Tiers        []conformance.Tier     `json:"tiers"`
-	CertifiedAt  time.Time              `json:"certified_at"`
+	// Lacks says what the driver lacks of the store protocol, and what a
+	// host does instead (conformance.Report.Lacks); empty when nothing.
+	Lacks       string    `json:"lacks,omitempty"`
+	CertifiedAt time.Time `json:"certified_at"`
+}
+
+// Protocol describes the store protocol the certified driver speaks, for
+// people: "2 (steps)", or "1 (no steps: ...)" with what a host does
+// instead.
+func (c Certificate) Protocol() string {
+	if c.Driver.ProtocolVersion >= 2 {
+		return fmt.Sprintf("%d (steps)", c.Driver.ProtocolVersion)
+	}
+	return fmt.Sprintf("%d (no steps: recovered runs restart from step 0, no injection)", c.Driver.ProtocolVersion)
 }
 
 // Options configure a Gate.
@@ -582,7 +595,7 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 		return Certificate{}, rep, &RefusedError{Source: src.String(), Rules: rep.FailedRules(), Report: rep}
 	}
 	cert := Certificate{Key: r.key, SHA256: r.sum, Builtin: src.Builtin, Source: r.path, Binary: bin,
-		SuiteVersion: rep.SuiteVersion, Profile: rep.Profile, Driver: rep.Driver, Tiers: rep.Passed, CertifiedAt: time.Now().UTC()}
+		SuiteVersion: rep.SuiteVersion, Profile: rep.Profile, Driver: rep.Driver, Tiers: rep.Passed, Lacks: rep.Lacks(), CertifiedAt: time.Now().UTC()}
 	certs, err := g.load()
 	if err != nil {
 		return Certificate{}, rep, err
@@ -591,7 +604,10 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 	if err := g.save(append(certs, cert)); err != nil {
 		return Certificate{}, rep, err
 	}
-	g.opts.Logger.Info("store driver certified", "driver", src.String(), "key", cert.Key, "tiers", rep.Passed)
+	g.opts.Logger.Info("store driver certified", "driver", src.String(), "key", cert.Key, "tiers", rep.Passed, "protocol", rep.Driver.ProtocolVersion)
+	if cert.Lacks != "" {
+		g.opts.Logger.Warn("the certified store driver lacks part of the store protocol", "driver", src.String(), "lacks", cert.Lacks)
+	}
 	return cert, rep, nil
 }
 

@@ -225,6 +225,9 @@ func TestBinary(t *testing.T) {
 	if *runs != 1 || !slices.Contains(cert.Tiers, conformance.TierDurable) {
 		t.Fatalf("certification: %d runs, %+v", *runs, cert)
 	}
+	if cert.Driver.ProtocolVersion != 2 || cert.Lacks != "" || cert.Protocol() != "2 (steps)" || d.Protocol() != 2 {
+		t.Fatalf("certificate of a protocol 2 driver: protocol %d (%s), lacks %q; launched speaking %d", cert.Driver.ProtocolVersion, cert.Protocol(), cert.Lacks, d.Protocol())
+	}
 	// The suite wrote nothing to the user's data.
 	for _, th := range []string{"atom", "s1", "kill-0", "crash"} {
 		snap, err := d.LoadThread(ctx, th)
@@ -337,5 +340,14 @@ func TestHostEnvironment(t *testing.T) {
 	info, err := d.Info(ctx)
 	if err != nil || info.Version != "secret=" || cert.Driver.Version != "secret=" {
 		t.Fatalf("the driver saw the host's environment: %+v (certified as %+v), %v", info, cert.Driver, err)
+	}
+}
+
+// TestProtocolOfCertificate: a certificate says what store protocol its
+// driver speaks, and for protocol 1 what a host does instead of steps.
+func TestProtocolOfCertificate(t *testing.T) {
+	c := trust.Certificate{Driver: conformance.DriverInfo{ProtocolVersion: 1}}
+	if p := c.Protocol(); !strings.HasPrefix(p, "1 (no steps") || !strings.Contains(p, "step 0") {
+		t.Fatalf("protocol of a version 1 certificate: %q", p)
 	}
 }
