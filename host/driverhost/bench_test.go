@@ -31,6 +31,21 @@ func BenchmarkCommit(b *testing.B) {
 	}
 }
 
+// BenchmarkCommitSteps: step commits through the plugin subprocess, each
+// of many active runs appending its steps one at a time; badgerstore with
+// SyncWrites on, its step commits in the same groups as its commits.
+func BenchmarkCommitSteps(b *testing.B) {
+	for _, runs := range []int{1, 64} {
+		b.Run(fmt.Sprintf("badgerstore/runs=%d", runs), func(b *testing.B) {
+			d := launch(b, config(b, "badgerstore", b.TempDir()))
+			storedrivertest.BenchStepCommits(b, d.Store(), runs)
+			if err := d.Close(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // BenchmarkRoundTrip: one read through the plugin, from one goroutine.
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, name := range drivers {

@@ -45,6 +45,14 @@ func sections() []section {
 		}
 		drivers = append(drivers, r)
 	}
+	drivers = append(drivers,
+		row{label: "badgerstore step commits through the plugin, 64 runs", key: dh + " BenchmarkCommitSteps/badgerstore/runs=64", unit: "steps/s",
+			peerLabel: "commits through the plugin, 64 threads (the row above)", peerKey: dh + " BenchmarkCommit/badgerstore/threads=64", peerUnit: "commits/s"},
+		row{label: "badgerstore step commits through the plugin, 64 runs", key: dh + " BenchmarkCommitSteps/badgerstore/runs=64", unit: "steps/s",
+			peerLabel: "badger in process, the same", peerKey: bd + " BenchmarkCommitSteps/runs=64", peerUnit: "steps/s"},
+		row{label: "badgerstore step commit through the plugin, 64 runs, p50", key: dh + " BenchmarkCommitSteps/badgerstore/runs=64", unit: "p50-µs",
+			peerLabel: "p99", peerKey: dh + " BenchmarkCommitSteps/badgerstore/runs=64", peerUnit: "p99-µs"},
+	)
 	for _, n := range []int{1, 16, 64} {
 		for _, d := range []string{"badgerstore", "memstore"} {
 			drivers = append(drivers, row{label: fmt.Sprintf("%s through the plugin, %d threads, commit p50", d, n), key: fmt.Sprintf("%s BenchmarkCommit/%s/threads=%d", dh, d, n), unit: "p50-µs",
@@ -112,7 +120,7 @@ func sections() []section {
 			peerLabel: "over streamable HTTP", peerKey: mcpPkg + " BenchmarkToolCall", peerUnit: "mcp-http-p99-µs"},
 	}
 	return []section{
-		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
+		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own, and step commits (CommitSteps) per second with 64 active runs each appending its steps one at a time; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
 		{title: "Example policies in five languages", about: "The example policy of guests/examples, one decision through the wazero host (as above) for each language's committed module (Go: built for the run), beside the same policy as native Go, on one request (busy thread, one queued run, refine hint).", jobs: []int{8}, rows: examples},
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},

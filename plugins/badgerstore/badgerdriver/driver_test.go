@@ -220,6 +220,18 @@ func BenchmarkCommit(b *testing.B) {
 	}
 }
 
+// BenchmarkCommitSteps: step commits in process, with SyncWrites on, each
+// of many active runs appending its steps one at a time.
+func BenchmarkCommitSteps(b *testing.B) {
+	for _, runs := range []int{1, 64} {
+		b.Run(fmt.Sprintf("runs=%d", runs), func(b *testing.B) {
+			d := open(b, b.TempDir())
+			defer d.Close(context.Background())
+			storedrivertest.BenchStepCommits(b, d, runs)
+		})
+	}
+}
+
 // TestValueLogGC: with a short GC interval the scheduled value log GC runs
 // alongside commits of large values, and Close still ends it cleanly.
 func TestValueLogGC(t *testing.T) {

@@ -145,3 +145,66 @@ func benchBatch(th string, v int64) driver.Batch {
 			Content: "a question of about this length, as users ask them", CreatedAt: time.Now()}},
 	}
 }
+
+// BenchStepCommits measures CommitSteps on d (a driver of store protocol 2)
+// from runs goroutines, each the executor of an active run of its own on a
+// thread of its own: b.N step commits in all, one step each (a model
+// message, a tool result or a take, in turn). It reports steps/s and the
+// p50 and p99 latency of one step commit in µs.
+func BenchStepCommits(b *testing.B, d driver.Driver, runs int) {
+	ss, ok := d.(driver.StepStore)
+	if !ok {
+		b.Fatalf("%T keeps no step records (store protocol 1)", d)
+	}
+	ctx := context.Background()
+	round := benchRound.Add(1)
+	active := make([]record.Run, runs)
+	for w := range runs {
+		th := NewBuilder(fmt.Sprintf("bench-steps-%d-%d", round, w))
+		r := Activate(th.Run(th.ID+"-run"), StepOwner, StepAttempt)
+		bt := th.Batch([]string{r.ID}, []record.Run{r}, []record.Message{th.Msg(r.ID+"-in", r.ID)}, nil)
+		if _, err := d.Commit(ctx, bt); err != nil {
+			b.Fatal(err)
+		}
+		active[w] = r
+	}
+	per := make([]int, runs)
+	for i := range b.N {
+		per[i%runs]++
+	}
+	lat := make([][]time.Duration, runs)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for w := range runs {
+		wg.Go(func() {
+			r := active[w]
+			l := make([]time.Duration, 0, per[w])
+			for seq := int64(1); seq <= int64(per[w]); seq++ {
+				sb := StepBatchOf(r, Step(r, seq))
+				t0 := time.Now()
+				if err := ss.CommitSteps(ctx, sb); err != nil {
+					failed.Store(err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[w] = l
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "steps/s")
+	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
