@@ -11,6 +11,9 @@
 //     is still the one the host read (optimistic concurrency).
 //   - GetRuns, GetIdempotency, ReadHistory and ListRuns read what was
 //     committed, with read-your-writes.
+//   - From protocol version 2, a driver also keeps each run's step log
+//     (StepStore) and lists threads (ThreadLister); the host still accepts
+//     a driver of version 1 (OldestProtocolVersion) without them.
 //
 // A driver never decides anything: it does not know which states are terminal
 // nor what an absorption is. It must index runs by State (for ListRuns),
@@ -131,8 +134,9 @@ const ProtocolVersion = 2
 const OldestProtocolVersion = 1
 
 // Speaks returns the store protocol version d speaks as a Go value: 2 if
-// it implements StepStore and ThreadLister, else 1. A driver's Info may
-// claim less, never more (see Info.ProtocolVersion).
+// it implements StepStore and ThreadLister, else 1. Across the plugin
+// boundary a driver speaks no more than this, whatever its Info claims
+// (see Info.ProtocolVersion).
 func Speaks(d Driver) int {
 	_, steps := d.(StepStore)
 	_, threads := d.(ThreadLister)
@@ -151,6 +155,10 @@ const MaxBatchBytes = 8 << 20
 // version 2; Info.ProtocolVersion reports it across the plugin boundary).
 // A driver that does not implement it still works: the host then restarts
 // a recovered run from its first step, and takes nothing by injection.
+// Steps are a log per run beside history, and their commits leave the
+// thread's version alone, so that they never make an admission retry
+// (docs/adr/0127). A grouping driver commits them in the same groups as
+// batches: many runs' steps share one sync.
 type StepStore interface {
 	// CommitSteps appends steps to one run's step log without changing the
 	// thread's version, so that it never makes an admission to the thread
