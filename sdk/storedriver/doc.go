@@ -15,9 +15,12 @@
 // its lines reach the host's log with their levels and fields.
 //
 // A driver runs ValidateBatch on a batch before it writes anything, and
-// ValidateListRuns on the arguments of ListRuns. Optional capabilities
-// (driver.Leaser, driver.ManyCommitter) are found on the driver by type
-// assertion; the records' copying and normalising helpers are in package
+// ValidateListRuns on the arguments of ListRuns; a driver of store protocol
+// 2 (driver.StepStore, driver.ThreadLister) runs ValidateStepBatch and
+// ValidateReadSteps on those of CommitSteps and ReadSteps. Serve offers
+// protocols 1 and 2 and speaks 2 only for a driver that implements both
+// interfaces. Optional capabilities (driver.Leaser, driver.ManyCommitter)
+// are found on the driver by type assertion; the records' copying and normalising helpers are in package
 // abi/record. The contract every driver must pass is the test function in
 // package storedrivertest, and over the protocol, against the real process,
 // package conformance.
