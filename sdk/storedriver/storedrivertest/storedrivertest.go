@@ -169,6 +169,7 @@ func testCommitAndRead(t *testing.T, d driver.Driver) {
 	m2 := th.Msg("msg-2", r2.ID)
 	m2.Role, m2.ToolCalls, m2.Hint = record.RoleAssistant, []record.ToolCall{{ID: "call-1", Name: "search", Arguments: `{"q":"x"}`}}, "hint"
 	k := record.Idempotency{ThreadID: th.ID, Key: "key-1", RunID: r1.ID, InputMessageID: m1.ID, ContentHash: "abc", CreatedAt: t0}
+	r2.TakenBy, r1.TranscriptIDs = r1.ID, []string{m1.ID, m2.ID} // fields of store protocol 2, kept by every driver
 	b := th.Batch([]string{r2.ID, r1.ID}, []record.Run{r1, r2}, []record.Message{m1, m2}, []record.Idempotency{k})
 	th.commit(b)
 
