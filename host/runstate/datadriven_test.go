@@ -214,7 +214,13 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 					}
 				}
 			}
-			out, err = runstate.Prompt(w.threadRuns(thread), w.threadMsgs(thread), arg(d, "run", ""), taken)
+			if d.HasArg("from") {
+				var from int64
+				fmt.Sscan(arg(d, "from", "1"), &from)
+				out, err = runstate.PromptWindow(w.threadRuns(thread), w.threadMsgs(thread), from, arg(d, "run", ""), taken)
+			} else {
+				out, err = runstate.Prompt(w.threadRuns(thread), w.threadMsgs(thread), arg(d, "run", ""), taken)
+			}
 		}
 		if err != nil {
 			return "error: " + err.Error() + "\n"
