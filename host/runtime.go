@@ -37,6 +37,11 @@ type Config struct {
 	ToolTimeout time.Duration
 	// System is the system prompt of every step (hooks may rewrite it).
 	System string
+	// HistoryWindow is how many of a thread's last history messages a run's
+	// prompt is drawn from: the whole runs among them, in the order they
+	// ended, then the run's own inputs (see store.Options.HistoryWindow).
+	// Default store.DefaultHistoryWindow.
+	HistoryWindow int
 	// MaxSteps bounds a run's model steps. Default 16.
 	MaxSteps int
 	// MaxConcurrentRuns bounds the runs executing at once. Default 64.
@@ -168,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.log.Info("sharing the store: took a lease", "epoch", x.Epoch, "holder", rt.lease.holder, "ttl", cfg.LeaseTTL)
 	}
 	rt.st = store.New(cfg.Driver, store.Options{
-		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit,
+		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit, HistoryWindow: cfg.HistoryWindow,
 		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive,
 	})
 	if m.CanReturn(runstate.ActionInject) {
@@ -350,21 +355,23 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 // returns an action its manifest does not declare, falls back to queue.
 func (rt *Runtime) decide(ctx context.Context, v store.ThreadView) (runstate.Decision, error) {
 	req := policy.Request{ThreadID: v.Thread.ID, Input: policy.Input{Content: v.Input.Content, Hint: v.Input.Hint, Metadata: v.Input.Metadata}}
-	var contents map[string]string
-	if len(v.Queued) > 0 || v.Active != nil {
-		msgs, err := rt.st.Messages(ctx, v.Thread.ID)
-		if err != nil {
-			return runstate.Decision{}, err
-		}
-		contents = make(map[string]string, len(msgs))
-		for _, m := range msgs {
-			contents[m.ID] = m.Content
-		}
+	// The policy sees the inputs of the open runs only: they are at the end
+	// of the thread's history, read without reading the rest.
+	var ids []string
+	if v.Active != nil {
+		ids = append(ids, v.Active.InputMessageIDs...)
+	}
+	for _, q := range v.Queued {
+		ids = append(ids, q.InputMessageIDs...)
+	}
+	msgs, err := rt.st.MessagesByID(ctx, v.Thread.ID, v.Thread.NextMessageSeq-1, ids)
+	if err != nil {
+		return runstate.Decision{}, err
 	}
 	info := func(r record.Run) policy.RunInfo {
 		ri := policy.RunInfo{RunID: r.ID, Seq: r.Seq}
 		for _, id := range r.InputMessageIDs {
-			ri.Inputs = append(ri.Inputs, contents[id])
+			ri.Inputs = append(ri.Inputs, msgs[id].Content)
 		}
 		return ri
 	}

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/internal/builtins"
 )
 
@@ -71,6 +72,9 @@ type Config struct {
 	OpenAI OpenAIConfig `yaml:"openai"`
 	// System is the system prompt.
 	System string `yaml:"system" env:"AGENTHOST_SYSTEM"`
+	// HistoryWindow is how many of a thread's last history messages a
+	// run's prompt is drawn from (whole runs only).
+	HistoryWindow int `yaml:"history_window" env:"AGENTHOST_HISTORY_WINDOW"`
 	// Limits bound the runtime.
 	MaxSteps          int           `yaml:"max_steps" env:"AGENTHOST_MAX_STEPS"`
 	MaxConcurrentRuns int           `yaml:"max_concurrent_runs" env:"AGENTHOST_MAX_CONCURRENT_RUNS"`
@@ -109,7 +113,7 @@ type OpenAIConfig struct {
 func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
-		MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
+		HistoryWindow: store.DefaultHistoryWindow, MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
 		DriverStopTimeout: 15 * time.Second, AutoCertify: true,
 		LogFormat: "text", ToolTimeout: 60 * time.Second,
 		OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second, MaxRetries: 2, MaxRetryDelay: 8 * time.Second},
@@ -240,8 +244,8 @@ func (c Config) validate() error {
 	if c.Model != "scripted" && c.Model != "openai" && !strings.HasPrefix(c.Model, "scripted:") {
 		errs = append(errs, fmt.Errorf("model %q: want scripted, scripted:FILE or openai", c.Model))
 	}
-	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 {
-		errs = append(errs, errors.New("max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
+	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 || c.HistoryWindow <= 0 {
+		errs = append(errs, errors.New("history_window, max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
 	}
 	if c.ShutdownTimeout <= 0 || c.DriverStopTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown_timeout and driver_stop_timeout must be positive"))

@@ -254,7 +254,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	}
 	rt, err := host.New(ctx, host.Config{
 		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System, ToolTimeout: cfg.ToolTimeout,
-		MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
+		HistoryWindow: cfg.HistoryWindow, MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName, ObserveCommit: latency.Observe,
 	})
 	if err != nil {

@@ -83,63 +83,152 @@ func (c *snapCache) peek(thread string) (record.Thread, bool) {
 	return s.Thread, ok
 }
 
-// histCache keeps threads' histories and their terminal runs, as read: both
-// only grow (a message never changes, a terminal run never changes again),
-// so what was read stays true. Entries are immutable once stored: a reader
-// may keep them while a writer replaces them. It holds at most max threads
-// and, per thread, at most maxHistMessages messages.
+// histCache keeps the end of threads' histories and their terminal runs,
+// as read: both only grow (a message never changes, a terminal run never
+// changes again), so what was read stays true. Per thread it holds the last
+// perThread messages (a contiguous run of seqs) and the terminal runs they
+// name; across threads at most budget messages and at most max threads, the
+// oldest inserted dropped first. Its memory is so bounded however long
+// threads grow, and each update costs what it adds, not what it holds.
+//
+// A reader gets a thread's messages as a slice capped at its length: the
+// cache appends in place beyond that length only, so what a reader holds
+// never changes.
 type histCache struct {
-	mu sync.Mutex
-	f  fifo[*histEntry]
+	mu        sync.Mutex
+	f         fifo[*histEntry]
+	perThread int
+	budget    int
+	total     int // messages held
 }
 
 type histEntry struct {
-	msgs []record.Message
-	runs map[string]record.Run // terminal runs of msgs, by id
+	msgs []record.Message      // contiguous seqs, up to the last known
+	runs map[string]record.Run // terminal runs of msgs, by id; changed under mu
 }
 
-const maxHistMessages = 4096
-
-func (c *histCache) entry(thread string) (*histEntry, bool) {
+func (c *histCache) get(thread string) []record.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.f.get(thread)
-}
-
-func (c *histCache) get(thread string) ([]record.Message, map[string]record.Run) {
-	e, ok := c.entry(thread)
+	e, ok := c.f.get(thread)
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	return e.msgs[:len(e.msgs):len(e.msgs)], e.runs
+	return e.msgs[:len(e.msgs):len(e.msgs)]
 }
 
-// put stores a thread's history and adds terminal runs to the ones known.
-func (c *histCache) put(thread string, msgs []record.Message, terminal map[string]record.Run) {
+// terminal returns the terminal runs known of a thread among ids.
+func (c *histCache) terminal(thread string, ids []string) map[string]record.Run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(msgs) > maxHistMessages {
-		c.f.del(thread)
-		return
+	out := make(map[string]record.Run, len(ids))
+	e, ok := c.f.get(thread)
+	if !ok {
+		return out
 	}
-	old, ok := c.f.get(thread)
-	if ok && len(old.msgs) > len(msgs) {
-		return // a reader that raced with a longer one
-	}
-	runs := map[string]record.Run{}
-	if ok {
-		if len(terminal) == 0 {
-			runs = old.runs
-		} else {
-			for id, r := range old.runs {
-				runs[id] = r
-			}
+	for _, id := range ids {
+		if r, ok := e.runs[id]; ok {
+			out[id] = r
 		}
 	}
-	for id, r := range terminal {
-		runs[id] = r
+	return out
+}
+
+// put stores the end of a thread's history, unless a longer end is stored,
+// keeping the terminal runs known.
+func (c *histCache) put(thread string, msgs []record.Message) {
+	if len(msgs) == 0 {
+		return
 	}
-	c.f.set(thread, &histEntry{msgs: msgs, runs: runs})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.f.get(thread)
+	if ok && old.msgs[len(old.msgs)-1].Seq >= msgs[len(msgs)-1].Seq {
+		return // as long already, or a reader that raced with a longer one
+	}
+	e := &histEntry{msgs: c.trim(msgs), runs: map[string]record.Run{}}
+	if ok {
+		e.runs = old.runs
+		c.prune(e)
+	}
+	c.set(thread, e)
+}
+
+// trim keeps the last perThread messages.
+func (c *histCache) trim(msgs []record.Message) []record.Message {
+	if n := len(msgs); n > c.perThread {
+		return msgs[n-c.perThread:]
+	}
+	return msgs
+}
+
+// prune drops the runs the messages no longer name, once they are many.
+func (c *histCache) prune(e *histEntry) {
+	if len(e.runs) <= c.perThread {
+		return
+	}
+	named := make(map[string]bool, len(e.msgs))
+	for _, m := range e.msgs {
+		named[m.RunID] = true
+	}
+	for id := range e.runs {
+		if !named[id] {
+			delete(e.runs, id)
+		}
+	}
+}
+
+// set stores an entry, dropping the oldest threads beyond max threads or
+// beyond the budget of messages. The caller holds mu.
+func (c *histCache) set(thread string, e *histEntry) {
+	if old, ok := c.f.get(thread); ok {
+		c.total -= len(old.msgs)
+	} else {
+		for len(c.f.m) >= c.f.max && len(c.f.order) > 0 {
+			c.dropOldest(thread)
+		}
+	}
+	c.f.set(thread, e)
+	c.total += len(e.msgs)
+	for c.total > c.budget && len(c.f.m) > 1 {
+		c.dropOldest(thread)
+	}
+}
+
+// dropOldest drops the thread set longest ago, other than keep.
+func (c *histCache) dropOldest(keep string) {
+	k := c.f.order[0]
+	c.f.order = c.f.order[1:]
+	if k == keep {
+		c.f.order = append(c.f.order, k)
+		return
+	}
+	if old, ok := c.f.m[k]; ok {
+		c.total -= len(old.msgs)
+		delete(c.f.m, k)
+	}
+}
+
+// addTerminal adds the terminal runs among runs to those known of a thread.
+func (c *histCache) addTerminal(thread string, runs []record.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.f.get(thread)
+	if !ok {
+		return
+	}
+	for _, r := range runs {
+		if _, ok := e.runs[r.ID]; !ok && runstate.IsTerminal(r.State) {
+			e.runs[r.ID] = r
+		}
+	}
+}
+
+// held returns the messages the cache holds.
+func (c *histCache) held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
 }
 
 // doneCache keeps the terminal runs this store layer committed, with their
@@ -189,38 +278,35 @@ func (c *doneCache) put(b driver.Batch) {
 // the messages it appended, when they follow it (or begin the thread's
 // history), and the runs it made terminal.
 func (c *histCache) appendCommitted(thread string, msgs []record.Message, runs []record.Run) {
-	terminal := map[string]record.Run{}
-	for _, r := range runs {
-		if runstate.IsTerminal(r.State) {
-			terminal[r.ID] = record.CloneRun(r)
-		}
-	}
-	if len(msgs) == 0 {
-		if len(terminal) > 0 {
-			if e, ok := c.entry(thread); ok {
-				c.put(thread, e.msgs, terminal)
-			}
-		}
-		return
-	}
-	e, ok := c.entry(thread)
-	var have []record.Message
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.f.get(thread)
 	last := int64(0)
 	if ok {
-		have = e.msgs
-		if n := len(have); n > 0 {
-			last = have[n-1].Seq
-		}
+		last = e.msgs[len(e.msgs)-1].Seq
 	}
-	if msgs[0].Seq != last+1 {
+	if len(msgs) > 0 && msgs[0].Seq != last+1 {
 		return // a gap: the next read fills it
 	}
-	out := make([]record.Message, 0, len(have)+len(msgs))
-	out = append(out, have...)
-	for _, m := range msgs {
-		out = append(out, record.CloneMessage(m))
+	if !ok {
+		if len(msgs) == 0 {
+			return
+		}
+		e = &histEntry{runs: map[string]record.Run{}}
 	}
-	c.put(thread, out, terminal)
+	have := e.msgs
+	for _, m := range msgs {
+		have = append(have, record.CloneMessage(m))
+	}
+	// A new entry, so that a reader's capped slice stays its own.
+	ne := &histEntry{msgs: c.trim(have), runs: e.runs}
+	for _, r := range runs {
+		if runstate.IsTerminal(r.State) {
+			ne.runs[r.ID] = record.CloneRun(r)
+		}
+	}
+	c.prune(ne)
+	c.set(thread, ne)
 }
 
 // fifo is a map of at most max keys: setting a new key when it is full

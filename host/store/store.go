@@ -18,7 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -61,6 +61,13 @@ type Options struct {
 	// CommitTerminal and Recover) to the lease epoch its commits are fenced
 	// by; 0 for none. Default: no fences (one host per store).
 	Fence func(owner string) int64
+	// HistoryWindow is how many of a thread's last history messages a
+	// run's prompt is drawn from (see Prompt). Default DefaultHistoryWindow.
+	HistoryWindow int
+	// HistoryCacheMessages bounds the messages cached of all threads'
+	// histories together. Default 64 × DefaultHistoryWindow, and at least
+	// twice HistoryWindow.
+	HistoryCacheMessages int
 	// OwnerLive reports whether a lease epoch other than the committer's is
 	// live. A fenced commit on a thread that such a lease owns is refused
 	// with driver.ErrFenced before it is sent (the driver would refuse it
@@ -68,6 +75,9 @@ type Options struct {
 	// driver.
 	OwnerLive func(epoch int64) bool
 }
+
+// DefaultHistoryWindow is the default of Options.HistoryWindow.
+const DefaultHistoryWindow = 200
 
 // Store is the store layer over one driver. It is safe for concurrent use.
 type Store struct {
@@ -95,6 +105,13 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.PageSize <= 0 {
 		opt.PageSize = 256
 	}
+	if opt.HistoryWindow <= 0 {
+		opt.HistoryWindow = DefaultHistoryWindow
+	}
+	if opt.HistoryCacheMessages <= 0 {
+		opt.HistoryCacheMessages = 64 * DefaultHistoryWindow
+	}
+	opt.HistoryCacheMessages = max(opt.HistoryCacheMessages, 2*opt.HistoryWindow)
 	if opt.Fence == nil {
 		opt.Fence = func(string) int64 { return 0 }
 	}
@@ -102,7 +119,7 @@ func New(d driver.Driver, opt Options) *Store {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
 	return &Store{d: d, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
-		hist: histCache{f: newFIFO[*histEntry](1024)},
+		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
 		done: doneCache{f: newFIFO[doneRun](8192)}}
 }
 
@@ -595,61 +612,179 @@ func (s *Store) cachedResult(id string) (Result, bool) {
 	return res, true
 }
 
-// Messages returns the thread's whole history, in append order.
+// Messages returns the thread's whole history, in append order. It reads
+// the whole thread: for operators and checks, not for the path of a run.
 func (s *Store) Messages(ctx context.Context, threadID string) ([]record.Message, error) {
-	msgs, _, err := s.thread(ctx, threadID, false, false)
-	return msgs, err
+	return s.allMessages(ctx, threadID)
 }
 
-// ThreadRuns returns every run of the thread, in seq order.
+// ThreadRuns returns every run of the thread, in seq order (of their first
+// message). It reads the whole thread.
 func (s *Store) ThreadRuns(ctx context.Context, threadID string) ([]record.Run, error) {
-	_, runs, err := s.thread(ctx, threadID, true, false)
-	return runs, err
+	msgs, err := s.allMessages(ctx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	return s.runsOf(ctx, msgs, nil, nil)
 }
 
 // History returns a thread's settled conversation (see runstate.History).
+// It reads the whole thread.
 func (s *Store) History(ctx context.Context, threadID string) ([]record.Message, error) {
-	msgs, runs, err := s.thread(ctx, threadID, true, false)
+	msgs, err := s.allMessages(ctx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := s.runsOf(ctx, msgs, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	return runstate.History(runs, msgs)
 }
 
-// Prompt returns what the model sees for run (see runstate.Prompt): the
-// thread's settled conversation, the run's inputs, then taken.
+func (s *Store) allMessages(ctx context.Context, threadID string) ([]record.Message, error) {
+	var msgs []record.Message
+	last := int64(0)
+	for {
+		page, err := s.d.ReadHistory(ctx, threadID, last, s.opt.PageSize)
+		if err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			return msgs, nil
+		}
+		msgs = append(msgs, page...)
+		last = page[len(page)-1].Seq
+	}
+}
+
+// runsOf returns the runs msgs belong to, in the order of their first
+// message: those in current as they are, those known returns as they are
+// (terminal runs read before), the others read.
+func (s *Store) runsOf(ctx context.Context, msgs []record.Message, known func(ids []string) map[string]record.Run, current []record.Run) ([]record.Run, error) {
+	var ids, need []string
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if !seen[m.RunID] {
+			seen[m.RunID] = true
+			ids = append(ids, m.RunID)
+		}
+	}
+	byID := make(map[string]record.Run, len(ids))
+	if known != nil {
+		byID = known(ids)
+	}
+	for _, r := range current {
+		byID[r.ID] = r
+	}
+	for _, id := range ids {
+		if _, ok := byID[id]; !ok {
+			need = append(need, id)
+		}
+	}
+	for len(need) > 0 {
+		n := min(len(need), s.opt.PageSize)
+		fetched, err := s.d.GetRuns(ctx, need[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range fetched {
+			byID[r.ID] = r
+		}
+		need = need[n:]
+	}
+	runs := make([]record.Run, 0, len(ids)+len(current))
+	for _, id := range ids {
+		runs = append(runs, byID[id])
+	}
+	for _, r := range current {
+		if !seen[r.ID] {
+			runs = append(runs, r)
+		}
+	}
+	return runs, nil
+}
+
+// Prompt returns what the model sees for run (see runstate.PromptWindow):
+// the end of the thread's settled conversation — the whole runs among the
+// last Options.HistoryWindow messages of its history — then the run's
+// inputs, then taken. It reads what is new since the last prompt of the
+// thread (cached, see histCache), not the thread.
 func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Message) ([]record.Message, error) {
 	// The run was started through this store layer, whose commit left the
 	// thread's end: what the prompt needs was written before it.
-	msgs, runs, err := s.thread(ctx, run.ThreadID, true, true, run)
+	end := int64(-1)
+	if snap, ok := s.snaps.peek(run.ThreadID); ok {
+		end = snap.NextMessageSeq - 1
+	}
+	tail, from, err := s.tail(ctx, run.ThreadID, end, run.InputMessageIDs)
 	if err != nil {
 		return nil, err
 	}
-	return runstate.Prompt(runs, msgs, run.ID, taken)
+	window := tail[sort.Search(len(tail), func(i int) bool { return tail[i].Seq >= from }):]
+	runs, err := s.runsOf(ctx, window, func(ids []string) map[string]record.Run { return s.hist.terminal(run.ThreadID, ids) }, []record.Run{run})
+	if err != nil {
+		return nil, err
+	}
+	s.hist.addTerminal(run.ThreadID, runs)
+	return runstate.PromptWindow(runs, tail, from, run.ID, taken)
 }
 
-// thread returns a thread's history and, withRuns, the runs its messages
-// belong to, in the order of their first message. History is append-only
-// and a terminal run never changes, so both come from a cache of what was
-// read before (histCache), completed by reading what is new: the messages
-// after the last one known, up to an empty page (or, toLastCommit, up to
-// the thread's end as the last commit of this store layer left it), and the
-// runs not known to be terminal.
-// Runs given in current are taken as they are, not read.
-func (s *Store) thread(ctx context.Context, threadID string, withRuns, toLastCommit bool, current ...record.Run) ([]record.Message, []record.Run, error) {
-	msgs, known := s.hist.get(threadID)
+// MessagesByID returns the thread's messages with the given ids, found at
+// the end of its history (they are inputs of its open runs), which reaches
+// up to position end (-1: as the thread is now). An id it does not find is
+// absent from the result.
+func (s *Store) MessagesByID(ctx context.Context, threadID string, end int64, ids []string) (map[string]record.Message, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	tail, _, err := s.tail(ctx, threadID, end, ids)
+	if err != nil {
+		return nil, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	out := make(map[string]record.Message, len(ids))
+	for i := len(tail) - 1; i >= 0 && len(out) < len(want); i-- {
+		if want[tail[i].ID] {
+			out[tail[i].ID] = tail[i]
+		}
+	}
+	return out, nil
+}
+
+// tail returns the end of a thread's history, up to position end (-1: the
+// thread's end as read now), from at least position from = end -
+// HistoryWindow + 1, and further back as far as needed to hold the messages
+// want names (inputs of the thread's open runs, written near its end). It
+// starts from what histCache holds, reads only what is new, and caches the
+// result; with it, the terminal runs known among them. Its cost is that of
+// the messages read, never the thread's length, unless a wanted id is not
+// in the thread at all.
+func (s *Store) tail(ctx context.Context, threadID string, end int64, want []string) ([]record.Message, int64, error) {
+	if end < 0 {
+		ts, err := s.d.LoadThread(ctx, threadID)
+		if err != nil {
+			return nil, 0, fmt.Errorf("loading thread %s: %w", threadID, err)
+		}
+		end = max(ts.Thread.NextMessageSeq-1, 0)
+	}
+	from := max(end-int64(s.opt.HistoryWindow)+1, 1)
+	msgs := s.hist.get(threadID)
 	last := int64(0)
 	if n := len(msgs); n > 0 {
 		last = msgs[n-1].Seq
 	}
-	end := int64(-1)
-	if snap, ok := s.snaps.peek(threadID); ok && toLastCommit {
-		end = snap.NextMessageSeq - 1
+	if len(msgs) == 0 || last < from-1 {
+		// Nothing cached, or too far behind to be worth completing.
+		msgs, last = nil, from-1
 	}
-	for end < 0 || last < end {
-		page, err := s.d.ReadHistory(ctx, threadID, last, s.opt.PageSize)
+	for last < end {
+		page, err := s.d.ReadHistory(ctx, threadID, last, min(s.opt.PageSize, int(end-last)))
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 		if len(page) == 0 {
 			break
@@ -657,48 +792,38 @@ func (s *Store) thread(ctx context.Context, threadID string, withRuns, toLastCom
 		msgs = append(msgs[:len(msgs):len(msgs)], page...)
 		last = page[len(page)-1].Seq
 	}
-	if !withRuns {
-		s.hist.put(threadID, msgs, nil)
-		return msgs, nil, nil
-	}
-	var ids, need []string
-	seen := map[string]bool{}
-	for _, m := range msgs {
-		if seen[m.RunID] {
-			continue
+	if len(want) > 0 {
+		missing := make(map[string]bool, len(want))
+		for _, id := range want {
+			missing[id] = true
 		}
-		seen[m.RunID] = true
-		ids = append(ids, m.RunID)
-		if _, ok := known[m.RunID]; !ok && !slices.ContainsFunc(current, func(r record.Run) bool { return r.ID == m.RunID }) {
-			need = append(need, m.RunID)
+		for _, m := range msgs {
+			delete(missing, m.ID)
 		}
-	}
-	byID := make(map[string]record.Run, len(ids))
-	for id, r := range known {
-		byID[id] = r
-	}
-	for _, r := range current {
-		byID[r.ID] = r
-	}
-	terminal := map[string]record.Run{}
-	if len(need) > 0 {
-		fetched, err := s.d.GetRuns(ctx, need)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, r := range fetched {
-			byID[r.ID] = r
-			if runstate.IsTerminal(r.State) {
-				terminal[r.ID] = r
+		for len(missing) > 0 {
+			first := last + 1
+			if len(msgs) > 0 {
+				first = msgs[0].Seq
 			}
+			if first <= 1 {
+				break
+			}
+			after := max(first-1-int64(s.opt.PageSize), 0)
+			page, err := s.d.ReadHistory(ctx, threadID, after, int(first-1-after))
+			if err != nil {
+				return nil, 0, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, m := range page {
+				delete(missing, m.ID)
+			}
+			msgs = append(page[:len(page):len(page)], msgs...)
 		}
 	}
-	s.hist.put(threadID, msgs, terminal)
-	runs := make([]record.Run, 0, len(ids))
-	for _, id := range ids {
-		runs = append(runs, byID[id])
-	}
-	return msgs, runs, nil
+	s.hist.put(threadID, msgs)
+	return msgs, from, nil
 }
 
 // Runs iterates over the runs in state st, in id order, a page at a time.
@@ -747,3 +872,7 @@ func (s *Store) ScanRecoverable(ctx context.Context, live func(owner string) boo
 		}
 	}
 }
+
+// CachedMessages returns how many history messages the store layer holds
+// in its cache, of all threads (bounded by Options.HistoryCacheMessages).
+func (s *Store) CachedMessages() int { return s.hist.held() }
