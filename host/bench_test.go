@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/policy"
@@ -58,9 +59,8 @@ func benchRuntime(b *testing.B, d driver.Driver, pol policy.Policy, script model
 // BenchmarkRunsEndToEnd: runs per second with a zero-delay scripted model,
 // b.N runs spread over the given number of concurrent clients, each
 // submitting one input at a time to its thread and waiting for the answer.
-// A client moves to a fresh thread every 50 inputs: a run's prompt is its
-// whole conversation, so one endless thread would measure the length of
-// that conversation rather than the runtime.
+// A client moves to a fresh thread every 50 inputs; BenchmarkThreadLength
+// measures long threads.
 func BenchmarkRunsEndToEnd(b *testing.B) {
 	for _, dname := range sortedKeys(benchDrivers) {
 		for _, threads := range []int{1, 64, 1024} {
@@ -272,4 +272,102 @@ func benchLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// BenchmarkThreadLength: runs/s of clients each submitting to a thread that
+// already holds 10,000 messages, against the same clients on threads of at
+// most 10 messages (a client moves to a fresh thread every 5 runs), over
+// the badgerstore plugin. The two take turns, b.N runs each in rounds
+// (long, short, short, long, ...); ratio:long/short is the median of the
+// rounds' pairs. host-heap-MiB is the host's heap after the long rounds,
+// the driver's records being in its own process: it stays bounded however
+// long the threads grow.
+func BenchmarkThreadLength(b *testing.B) {
+	const clients, longMsgs, round = 4, 10_000, 200
+	d := launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
+	rt := benchRuntime(b, d, nil, model.Script{}, 64)
+	ctx := context.Background()
+	drive := func(n int, thread func(c, i int) string) time.Duration {
+		began := time.Now()
+		var wg sync.WaitGroup
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range n {
+					tk, err := rt.Submit(ctx, thread(c, i), fmt.Sprintf("in %d", i), host.SubmitOptions{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := tk.Wait(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(began)
+	}
+	long := func(c, _ int) string { return fmt.Sprintf("long-%d", c) }
+	for c := range clients {
+		fillThread(b, d, long(c, 0), longMsgs/2)
+	}
+	drive(5, long) // the host reads the threads' ends once
+	short := 0
+	shortThread := func(c, i int) string { return fmt.Sprintf("short-%d-%d-%d", short, c, i/5) }
+	b.ResetTimer()
+	var ratios []float64
+	var tookLong, tookShort time.Duration
+	done := 0
+	for k := 0; done < b.N; k++ {
+		n := min(round, b.N-done)
+		per := max(n/clients, 1)
+		var tl, ts time.Duration
+		if k%2 == 0 {
+			tl = drive(per, long)
+			ts = drive(per, shortThread)
+		} else {
+			ts = drive(per, shortThread)
+			tl = drive(per, long)
+		}
+		short++
+		ratios = append(ratios, float64(ts)/float64(tl))
+		tookLong += tl
+		tookShort += ts
+		done += per * clients
+	}
+	b.StopTimer()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	sort.Float64s(ratios)
+	b.ReportMetric(float64(done)/tookLong.Seconds(), "runs/s:long")
+	b.ReportMetric(float64(done)/tookShort.Seconds(), "runs/s:short")
+	b.ReportMetric(ratios[len(ratios)/2], "ratio:long/short")
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "host-heap-MiB")
+}
+
+// fillThread writes, in one commit, a thread of n completed runs, each an
+// input and its answer, as the reducer would have left them had they all
+// ended in that commit.
+func fillThread(b *testing.B, d driver.Driver, thread string, n int) {
+	b.Helper()
+	now := time.Now()
+	batch := driver.Batch{CommitID: "fill-" + thread, ThreadID: thread, ExpectedVersion: 0,
+		Thread: record.Thread{ID: thread, Version: 1, NextRunSeq: int64(n) + 1, NextMessageSeq: 2*int64(n) + 1, LastCommitID: "fill-" + thread, UpdatedAt: now}}
+	for i := range n {
+		run := record.Run{ID: fmt.Sprintf("run_fill_%s_%06d", thread, i), ThreadID: thread, Seq: int64(i) + 1, State: record.StateCompleted,
+			TerminalReason: record.ReasonCompleted, InputMessageIDs: []string{fmt.Sprintf("msg_fill_%s_%06d_in", thread, i)},
+			AssistantMessageID: fmt.Sprintf("msg_fill_%s_%06d_out", thread, i), AnswerSeq: 2*int64(i) + 2, Attempt: 1, Owner: "fill",
+			EndSeq: 1, CreatedAt: now, StartedAt: now, EndedAt: now}
+		batch.Runs = append(batch.Runs, run)
+		batch.Messages = append(batch.Messages,
+			record.Message{ID: run.InputMessageIDs[0], ThreadID: thread, RunID: run.ID, Seq: 2*int64(i) + 1, Role: record.RoleUser, Content: fmt.Sprintf("input %d", i), CreatedAt: now},
+			record.Message{ID: run.AssistantMessageID, ThreadID: thread, RunID: run.ID, Seq: 2*int64(i) + 2, Role: record.RoleAssistant, Content: fmt.Sprintf("answer %d", i), CreatedAt: now})
+	}
+	if _, err := d.Commit(context.Background(), batch); err != nil {
+		b.Fatalf("filling thread %s: %v", thread, err)
+	}
 }

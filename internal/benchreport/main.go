@@ -99,7 +99,7 @@ func run(out, scale string) error {
 		{pkg: "./host/driverhost", bench: ".", benchtime: scale},
 		{pkg: "./host/wasm", bench: "Decide", benchtime: "100000x"},
 		{pkg: "./host/wasm", bench: "Load|Instance", benchtime: "10x"},
-		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued", benchtime: scale},
+		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued|ThreadLength", benchtime: scale},
 		{pkg: "./host", bench: "Recovery", benchtime: "1x"},
 		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: scale, pg: true},
 		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},

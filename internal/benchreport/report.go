@@ -14,6 +14,10 @@ type row struct {
 	unit  string
 	// peer, when set, is the figure it is compared with.
 	peerLabel, peerKey, peerUnit string
+	// ratioUnit, when set, is the unit under which the benchmark reports
+	// the ratio itself: the median of the ratios of pairs measured in turn
+	// (A B A B ...), which the report gives instead of value / peer value.
+	ratioUnit string
 	// target describes the goal; met judges value (and ratio).
 	target string
 	met    func(value, ratio float64) bool
@@ -89,6 +93,10 @@ func sections() []section {
 		row{label: "step cost, policy that can inject (ns/step)", key: host + " BenchmarkStepOverhead", unit: "ns/step:can-inject", peerLabel: "no policy", peerKey: host + " BenchmarkStepOverhead", peerUnit: "ns/step:none"},
 		row{label: "recovery of 100,000 runs over badgerstore through the plugin (s)", key: host + " BenchmarkRecovery/driver=badgerstore-plugin", unit: "s/recovery", peerLabel: "memdriver", peerKey: host + " BenchmarkRecovery/driver=memdriver", peerUnit: "s/recovery", target: "≤ 5 s", met: atMost(5)},
 		row{label: "host memory per queued run (bytes)", key: host + " BenchmarkMemoryPerQueuedRun", unit: "hostB/queued-run", target: "≤ 2 KiB", met: atMost(2048)},
+		row{label: "runs/s on threads of 10,000 messages, 4 clients, badgerstore plugin", key: host + " BenchmarkThreadLength", unit: "runs/s:long",
+			peerLabel: "threads of at most 10 messages, interleaved (ratio: median of pairs)", peerKey: host + " BenchmarkThreadLength", peerUnit: "runs/s:short", ratioUnit: "ratio:long/short",
+			target: "ratio ≥ 0.9", met: func(_, r float64) bool { return r >= 0.9 }},
+		row{label: "host heap after the runs on long threads (MiB)", key: host + " BenchmarkThreadLength", unit: "host-heap-MiB", target: "bounded (history cache, whole runs in a window)"},
 	)
 	const dbos = "./bench/dbospeer"
 	peerKey := dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64"
@@ -181,6 +189,9 @@ func writeReport(b *strings.Builder, res results, jobs []job, machine string, st
 			if r.peerKey != "" {
 				peer = get(res, r.peerKey, r.peerUnit)
 				ratio = v / peer
+			}
+			if r.ratioUnit != "" {
+				ratio = get(res, r.key, r.ratioUnit)
 			}
 			met := ""
 			if r.met != nil {
