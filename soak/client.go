@@ -21,6 +21,8 @@ type Client struct {
 	// More are further base URLs of hosts sharing Base's store.
 	More []string
 	HTTP *http.Client
+	// Token, when set, is sent as the bearer token of every request.
+	Token string
 
 	turn atomic.Uint64
 }
@@ -105,6 +107,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr m
 		}
 		for k, v := range hdr {
 			req.Header.Set(k, v)
+		}
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
 		}
 		resp, err = c.HTTP.Do(req)
 		if err == nil {

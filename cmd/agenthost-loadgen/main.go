@@ -2,6 +2,7 @@
 //
 //	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
 //	agenthost-loadgen soak [--profile short|full] [--seed N] [--dir DIR]
+//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N]
 //
 // load submits inputs over HTTP across many threads with a mix of hints and
 // idempotency keys, retrying with the same key after errors and timeouts,
@@ -9,7 +10,10 @@
 // one JSON line to --out. soak builds agenthost, serves it on badgerstore
 // under that load, kills the server and its driver with SIGKILL at random
 // moments, and checks the outcome over HTTP (docs/soak.md). Both print the
-// seed, which replays the choices.
+// seed, which replays the choices. closed measures a deployment: N
+// clients, each submitting one input with an idempotency key and waiting
+// for its answer (GET result?wait=) before the next; it reports runs/s and
+// the p50, p90 and p99 of submit-to-answer latency.
 package main
 
 import (
@@ -31,7 +35,7 @@ func main() { os.Exit(main1(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func main1(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: agenthost-loadgen load|soak [flags]")
+		fmt.Fprintln(stderr, "usage: agenthost-loadgen load|soak|closed [flags]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -41,8 +45,10 @@ func main1(args []string, stdout, stderr io.Writer) int {
 		return runLoad(ctx, args[1:], stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], stdout, stderr)
+	case "closed":
+		return runClosed(ctx, args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "agenthost-loadgen: unknown command %q (load, soak)\n", args[0])
+	fmt.Fprintf(stderr, "agenthost-loadgen: unknown command %q (load, soak, closed)\n", args[0])
 	return 2
 }
 
@@ -91,6 +97,32 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, e)
 		}
 		fmt.Fprintf(stderr, "load FAILED: %d unexpected answers (seed %d)\n", len(errs), *seed)
+		return 1
+	}
+	return 0
+}
+
+func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("closed", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "http://127.0.0.1:7070", "server base URL; several hosts of one store comma-separated (requests take turns)")
+	clients := fs.Int("clients", 64, "concurrent clients, each waiting for its answer before its next input")
+	runs := fs.Int("runs", 0, "stop after this many runs (0: --duration only)")
+	duration := fs.Duration("duration", 10*time.Second, "stop after this long (0: --runs only)")
+	perThread := fs.Int("per-thread", 50, "inputs a client sends to a thread before moving to a fresh one (0: one thread per client)")
+	prefix := fs.String("prefix", fmt.Sprintf("closed-%d", time.Now().Unix()), "prefix of the threads and idempotency keys")
+	token := fs.String("token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (default: $AGENTHOST_TOKEN)")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	bases := strings.Split(*addr, ",")
+	c := soak.NewClient(bases[0])
+	c.More = bases[1:]
+	c.Token = *token
+	st, err := soak.ClosedLoop{Clients: *clients, Runs: *runs, Duration: *duration, PerThread: *perThread, Prefix: *prefix}.Run(ctx, c)
+	fmt.Fprintf(stdout, "closed clients=%d %s\n", *clients, st)
+	if err != nil {
+		fmt.Fprintln(stderr, "closed:", err)
 		return 1
 	}
 	return 0

@@ -105,6 +105,7 @@ func run(out, scale string) error {
 		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},
 		{pkg: "./guests/examples", bench: "ExampleDecide", benchtime: "100000x"},
 		{pkg: "./host/mcp", bench: "ToolCall", benchtime: "5000x"},
+		{pkg: "./soak", bench: "HTTPClosedLoop", benchtime: "4000x"},
 	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.

@@ -127,12 +127,24 @@ func sections() []section {
 		{label: "MCP tool call over stdio, p99 (µs)", key: mcpPkg + " BenchmarkToolCall", unit: "mcp-stdio-p99-µs",
 			peerLabel: "over streamable HTTP", peerKey: mcpPkg + " BenchmarkToolCall", peerUnit: "mcp-http-p99-µs"},
 	}
+	const soakPkg = "./soak"
+	httpRows := []row{
+		{label: "one client over HTTP, `serve` on badgerstore, submit-to-answer p50 (ms)", key: soakPkg + " BenchmarkHTTPClosedLoop/clients=1", unit: "http-p50-ms",
+			peerLabel: "Go API, badger in process, interleaved (ratio: median of pairs)", peerKey: soakPkg + " BenchmarkHTTPClosedLoop/clients=1", peerUnit: "go-p50-ms", ratioUnit: "ratio:http/go-p50",
+			target: "≤ 1.0 ms", met: atMost(1.0)},
+		{label: "64 clients over HTTP, `serve` on badgerstore (runs/s)", key: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", unit: "http-runs/s",
+			peerLabel: "Go API, badger in process, interleaved (ratio: median of pairs)", peerKey: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", peerUnit: "go-runs/s", ratioUnit: "ratio:http/go-runs/s",
+			target: "≥ 6,000 runs/s", met: func(v, _ float64) bool { return v >= 6000 }},
+		{label: "64 clients over HTTP, p50 (ms)", key: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", unit: "http-p50-ms",
+			peerLabel: "p99", peerKey: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", peerUnit: "http-p99-ms"},
+	}
 	return []section{
 		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own, and step commits (CommitSteps) per second with 64 active runs each appending its steps one at a time; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
 		{title: "Example policies in five languages", about: "The example policy of guests/examples, one decision through the wazero host (as above) for each language's committed module (Go: built for the run), beside the same policy as native Go, on one request (busy thread, one queued run, refine hint).", jobs: []int{8}, rows: examples},
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
 		{title: "Several hosts on PostgreSQL, and a peer", about: "agenthost over pgstore (each host a runtime with its own driver subprocess, one database) against DBOS Transact for Go running a durable workflow with one step (bench/dbospeer, a module of its own), on the same PostgreSQL server (fsync on) in the same run. Each client submits with an idempotency key (DBOS: the workflow id) and waits for the answer before the next.", jobs: []int{6, 7}, rows: pg},
+		{title: "Over HTTP", about: "`agenthost serve` on badgerstore (the driver a subprocess, durable), a zero-delay scripted model, measured from outside as `agenthost-loadgen closed` measures a deployment: each client submits with an idempotency key, then `GET result?wait=`, then its next input (a fresh thread every 50). Beside it the same clients through the Go API on badger in process, the two taking turns round by round.", jobs: []int{10}, rows: httpRows},
 		{title: "Tools", about: "One tool call through the MCP client (the official Go SDK) to the test server's add tool, beside a Go tool doing the same work (decode two numbers, add, format), the three calls alternating in one benchmark so they meet the same load; the difference is what the MCP client and its transport add to a call.", jobs: []int{9}, rows: tools},
 	}
 }

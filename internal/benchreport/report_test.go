@@ -33,7 +33,7 @@ BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50
 `), "./guests/examples", res, io.Discard)
 	parse(strings.NewReader(`BenchmarkToolCall-2   	    2000	   3683535 ns/op	        11.46 go-p50-µs	        74.20 go-p99-µs	      1048 mcp-http-p50-µs	     11558 mcp-http-p99-µs	      1026 mcp-stdio-p50-µs	     11601 mcp-stdio-p99-µs
 `), "./host/mcp", res, io.Discard)
-	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}}
+	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}, {pkg: "./soak"}}
 	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
 	out := b.String()
 	for _, want := range []string{
