@@ -65,8 +65,8 @@ type Options struct {
 	// run's prompt is drawn from (see Prompt). Default DefaultHistoryWindow.
 	HistoryWindow int
 	// HistoryCacheMessages bounds the messages cached of all threads'
-	// histories together. Default 64 × DefaultHistoryWindow, and at least
-	// twice HistoryWindow.
+	// histories together. Default 100,000, and at least twice
+	// HistoryWindow.
 	HistoryCacheMessages int
 	// OwnerLive reports whether a lease epoch other than the committer's is
 	// live. A fenced commit on a thread that such a lease owns is refused
@@ -109,7 +109,7 @@ func New(d driver.Driver, opt Options) *Store {
 		opt.HistoryWindow = DefaultHistoryWindow
 	}
 	if opt.HistoryCacheMessages <= 0 {
-		opt.HistoryCacheMessages = 64 * DefaultHistoryWindow
+		opt.HistoryCacheMessages = 100_000
 	}
 	opt.HistoryCacheMessages = max(opt.HistoryCacheMessages, 2*opt.HistoryWindow)
 	if opt.Fence == nil {
@@ -727,6 +727,17 @@ func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Messa
 		return nil, err
 	}
 	s.hist.addTerminal(run.ThreadID, runs)
+	// The window alone, when the run's inputs are in it (they usually are:
+	// admitted near the end), spares indexing the cached messages before.
+	own := 0
+	for _, m := range window {
+		if m.RunID == run.ID && m.Role == record.RoleUser {
+			own++
+		}
+	}
+	if own == len(run.InputMessageIDs) {
+		tail = window
+	}
 	return runstate.PromptWindow(runs, tail, from, run.ID, taken)
 }
 
