@@ -13,10 +13,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,8 +103,10 @@ func run(out, scale string) error {
 		{pkg: "./host/wasm", bench: "Load|Instance", benchtime: "10x"},
 		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued|ThreadLength", benchtime: scale},
 		{pkg: "./host", bench: "Recovery", benchtime: "1x"},
-		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: scale, pg: true},
-		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: scale, dir: "bench/dbospeer", pg: true},
+		// Measured in turn, round by round (pairs): each run for a third
+		// of the benchtime.
+		{pkg: "./host", bench: "PgRunsEndToEnd", benchtime: third(scale), pg: true},
+		{pkg: ".", bench: "DBOSOneStepWorkflow", benchtime: third(scale), dir: "bench/dbospeer", pg: true},
 		{pkg: "./guests/examples", bench: "ExampleDecide", benchtime: "100000x"},
 		{pkg: "./host/mcp", bench: "ToolCall", benchtime: "5000x"},
 		{pkg: "./soak", bench: "HTTPClosedLoop", benchtime: "4000x"},
@@ -121,7 +125,7 @@ func run(out, scale string) error {
 	res := results{}
 	start := time.Now()
 	load0 := loadavg()
-	for _, j := range jobs {
+	exec1 := func(j job, into results) error {
 		fmt.Fprintln(os.Stderr, "==>", j)
 		cmd := exec.Command("go", j.args()...)
 		cmd.Dir = j.dir
@@ -131,9 +135,27 @@ func run(out, scale string) error {
 		var buf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		err := cmd.Run()
-		parse(&buf, j.key(), res, os.Stderr)
+		parse(&buf, j.key(), into, os.Stderr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", j, err)
+		}
+		return nil
+	}
+	paired := map[int]bool{}
+	for _, p := range pairs() {
+		paired[p.a], paired[p.b] = true, true
+	}
+	for i, j := range jobs {
+		if paired[i] {
+			continue
+		}
+		if err := exec1(j, res); err != nil {
+			return err
+		}
+	}
+	for _, p := range pairs() {
+		if err := p.run(jobs, res, exec1); err != nil {
+			return err
 		}
 	}
 	var b strings.Builder
@@ -143,6 +165,96 @@ func run(out, scale string) error {
 	}
 	fmt.Fprintln(os.Stderr, "wrote", out)
 	return nil
+}
+
+// third is a third of a benchtime given as a duration, or the benchtime
+// itself otherwise.
+func third(benchtime string) string {
+	if d, err := time.ParseDuration(benchtime); err == nil {
+		return (d / 3).String()
+	}
+	return benchtime
+}
+
+// pair is two jobs measured in turn — A B, B A, A B, ... — for rounds
+// rounds, so that both meet the same machine: each figure of either is the
+// median over the rounds, and each comparison's ratio the median of the
+// rounds' ratios, reported under ratioUnit of its first key.
+type pair struct {
+	a, b   int // job indexes
+	rounds int
+	cmp    []comparison
+}
+
+type comparison struct {
+	keyA, unitA, keyB, unitB, ratioUnit string
+}
+
+func pairs() []pair {
+	const host, dbos = "./host", "./bench/dbospeer"
+	return []pair{{a: 6, b: 7, rounds: 6, cmp: []comparison{
+		{keyA: host + " BenchmarkPgRunsEndToEnd/hosts=1/clients=64", unitA: "runs/s", keyB: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64", unitB: "runs/s", ratioUnit: "ratio:peer"},
+		{keyA: host + " BenchmarkPgRunsEndToEnd/hosts=3/clients=64", unitA: "runs/s", keyB: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64", unitB: "runs/s", ratioUnit: "ratio:peer"},
+	}}}
+}
+
+func (p pair) run(jobs []job, res results, exec1 func(job, results) error) error {
+	var rounds []results
+	for i := range p.rounds {
+		r := results{}
+		order := []int{p.a, p.b}
+		if i%2 == 1 {
+			order = []int{p.b, p.a}
+		}
+		for _, j := range order {
+			if err := exec1(jobs[j], r); err != nil {
+				return err
+			}
+		}
+		rounds = append(rounds, r)
+	}
+	medianOf(rounds, res)
+	for _, c := range p.cmp {
+		var ratios []float64
+		for _, r := range rounds {
+			ratios = append(ratios, get(r, c.keyA, c.unitA)/get(r, c.keyB, c.unitB))
+		}
+		if res[c.keyA] == nil {
+			res[c.keyA] = map[string]float64{}
+		}
+		res[c.keyA][c.ratioUnit] = median(ratios)
+	}
+	return nil
+}
+
+// medianOf sets in res every figure of the rounds to its median.
+func medianOf(rounds []results, res results) {
+	all := map[string]map[string][]float64{}
+	for _, r := range rounds {
+		for k, units := range r {
+			if all[k] == nil {
+				all[k] = map[string][]float64{}
+			}
+			for u, v := range units {
+				all[k][u] = append(all[k][u], v)
+			}
+		}
+	}
+	for k, units := range all {
+		res[k] = map[string]float64{}
+		for u, vs := range units {
+			res[k][u] = median(vs)
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	return s[len(s)/2]
 }
 
 func machine() string {
