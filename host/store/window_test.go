@@ -129,3 +129,46 @@ func TestHistoryCacheBounded(t *testing.T) {
 		t.Fatalf("history cache holds %d messages, budget 40", got)
 	}
 }
+
+// An input policy's view of a busy thread reads the open runs' inputs at
+// the end of its history, not the thread.
+func TestMessagesByIDReadsTheEnd(t *testing.T) {
+	ctx := context.Background()
+	md := memdriver.New()
+	t.Cleanup(func() { md.Close(ctx) })
+	d := &countingDriver{Driver: md}
+	const window, page = 20, 8
+	s := store.New(d, store.Options{HistoryWindow: window, PageSize: page})
+	for i := range 200 {
+		runOnce(t, s, "T", i)
+	}
+	mustAdmit(t, s, store.Submission{ThreadID: "T", Content: "active"}, nil)
+	active, err := s.Start(ctx, "T", "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustAdmit(t, s, store.Submission{ThreadID: "T", Content: "queued"}, decideAlways(runstate.ActionQueue, false))
+	var seen store.ThreadView
+	fresh := store.New(d, store.Options{HistoryWindow: window, PageSize: page})
+	mustAdmit(t, fresh, store.Submission{ThreadID: "T", Content: "third"}, func(_ context.Context, v store.ThreadView) (runstate.Decision, error) {
+		seen = v
+		return runstate.Decision{Action: runstate.ActionQueue}, nil
+	})
+	ids := append(slices.Clone(seen.Active.InputMessageIDs), seen.Queued[0].InputMessageIDs...)
+	before := d.msgs.Load()
+	got, err := fresh.MessagesByID(ctx, "T", seen.Thread.NextMessageSeq-1, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[active.InputMessageIDs[0]].Content != "active" || got[q.InputMessageID].Content != "queued" {
+		t.Fatalf("got %+v", got)
+	}
+	if n := d.msgs.Load() - before; n > window+page {
+		t.Errorf("read %d messages for the view (window %d)", n, window)
+	}
+	// An id not in the thread is absent, not an error.
+	got, err = fresh.MessagesByID(ctx, "T", -1, []string{"msg_nowhere"})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("unknown id: %+v, %v", got, err)
+	}
+}
