@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,33 +20,97 @@ type Report struct {
 	Failed    int             // ended failed, with an error
 	Unasked   int             // of those, inputs that did not ask the scripted model to fail
 	Stopped   int             // ended interrupted or canceled
+	Carried   int             // failed or stopped inputs a later run of their thread answered (they stay in its prompt)
 	Keys      int             // idempotency keys checked again
 	Runs      int             // runs seen on the threads
 	Latencies []time.Duration // submit to answer, answered submissions
 	Errors    map[string]int  // failed submissions by their run's error
-	Problems  []string        // every violation, lost inputs included
+	// Duplicates counts inputs answered by more than one completed run;
+	// DupsBy splits them by what explains the second answer: "fault" (a
+	// fault the soak injected while the answering runs lived, or one of
+	// them recovered), "interrupt" (a run of the thread interrupted then),
+	// "unexplained" (nothing: invariant I11b broken, a problem).
+	Duplicates int
+	DupsBy     map[string]int
+	Problems   []string // every violation, lost inputs included
 }
 
 func (r *Report) fail(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
+// Fault is a fault the soak injected, from its start to the moment the
+// service was back (a server kill until the restarted server answered, a
+// driver kill until a new driver ran, a nemesis's hold).
+type Fault struct {
+	Kind       string // "server kill", "driver kill", or a nemesis's name
+	Start, End time.Time
+}
+
+// answerSep joins the inputs in the scripted model's echo answer.
+const answerSep = " | "
+
+// answerParts splits a scripted echo answer into the inputs it answers:
+// the user messages of the prompt after its last answer (model.Echo), so
+// an input is answered when its whole content is one part, not when the
+// answer merely contains its text.
+func answerParts(answer string) []string {
+	if answer == "" {
+		return nil
+	}
+	return strings.Split(answer, answerSep)
+}
+
 // Check checks from the outside, over HTTP, what the soak must guarantee:
-// every accepted submission has a result that accounts for it; every key
-// returns the same admission; no thread had two active runs and the runs
-// of a thread settled in seq order; every absorbed run points at a
-// completed run that holds its inputs. wait bounds the wait for results.
-func Check(ctx context.Context, c *Client, subs []Submission, threads []string, wait time.Duration) *Report {
-	rep := &Report{Checked: len(subs), Errors: map[string]int{}}
+// every accepted submission is answered exactly once, by the completed run
+// that holds it (its own or the run that absorbed it), or ended failed or
+// interrupted; an input answered twice is explained by one of faults or an
+// interrupt of its thread, or it is a problem; every key returns the same
+// admission; no thread had two active runs and the runs of a thread settled
+// in seq order; every absorbed run points at a completed run that holds its
+// inputs. wait bounds the wait for results.
+func Check(ctx context.Context, c *Client, subs []Submission, threads []string, faults []Fault, wait time.Duration) *Report {
+	rep := &Report{Checked: len(subs), Errors: map[string]int{}, DupsBy: map[string]int{}}
 	deadline := time.Now().Add(wait)
 
-	// Results, by run (several submissions may share one run).
-	byRun := map[string][]Submission{}
-	for _, s := range subs {
-		byRun[s.RunID] = append(byRun[s.RunID], s)
+	// The threads' runs.
+	runs := map[string]RunRecord{}
+	byThread := map[string][]RunRecord{}
+	for _, t := range threads {
+		var rs []RunRecord
+		var err error
+		for try := 0; try < 20; try++ {
+			if rs, err = c.ThreadRuns(ctx, t); err == nil || !retryable(err) {
+				break
+			}
+			sleep(ctx, 250*time.Millisecond)
+		}
+		if err != nil {
+			if p, ok := err.(*Problem); ok && p.Code == "not_found" {
+				continue // no submission reached it
+			}
+			rep.fail("runs of thread %s: %v", t, err)
+			continue
+		}
+		byThread[t] = rs
+		for _, r := range rs {
+			runs[r.ID] = r
+		}
 	}
-	runIDs := make([]string, 0, len(byRun))
-	for id := range byRun {
+
+	// Results: of every submission's run, and of every completed run (an
+	// answer counts wherever it is).
+	want := map[string]bool{}
+	for _, s := range subs {
+		want[s.RunID] = true
+	}
+	for id, r := range runs {
+		if r.State == "completed" {
+			want[id] = true
+		}
+	}
+	runIDs := make([]string, 0, len(want))
+	for id := range want {
 		runIDs = append(runIDs, id)
 	}
 	sort.Strings(runIDs)
@@ -73,23 +138,15 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 		}
 	})
 
-	// The threads' runs.
-	runs := map[string]RunRecord{}
+	// The runs again, now that every result settled: the first reading
+	// may have been taken while some were still active.
 	for _, t := range threads {
-		var rs []RunRecord
-		var err error
-		for try := 0; try < 20; try++ {
-			if rs, err = c.ThreadRuns(ctx, t); err == nil || !retryable(err) {
-				break
-			}
-			sleep(ctx, 250*time.Millisecond)
-		}
-		if err != nil {
-			if p, ok := err.(*Problem); ok && p.Code == "not_found" {
-				continue // no submission reached it
-			}
-			rep.fail("runs of thread %s: %v", t, err)
+		rs, ok := byThread[t]
+		if !ok {
 			continue
+		}
+		if again, err := c.ThreadRuns(ctx, t); err == nil {
+			rs = again
 		}
 		rep.Runs += len(rs)
 		checkThread(rep, t, rs)
@@ -98,8 +155,21 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 		}
 	}
 
-	// Every accepted submission: a result that accounts for it.
+	// Who answered what: the completed runs answering each content.
+	answeredBy := map[string][]string{}
+	for id, res := range results {
+		if res.State != "completed" || res.Answer == nil {
+			continue
+		}
+		for _, part := range answerParts(res.Answer.Content) {
+			answeredBy[part] = append(answeredBy[part], id)
+		}
+	}
+
+	// Every accepted submission: a result that accounts for it, and no
+	// second answer unless a fault or an interrupt explains it.
 	for _, s := range subs {
+		by := answeredBy[s.Content]
 		res, ok := results[s.RunID]
 		if !ok {
 			rep.Lost++
@@ -117,9 +187,9 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 		}
 		switch {
 		case res.State == "completed" && res.TerminalReason == "completed":
-			if res.Answer == nil || !strings.Contains(res.Answer.Content, s.Content) {
+			if !slices.Contains(by, s.RunID) {
 				rep.Lost++
-				rep.fail("lost: %s: run %s completed with an answer that does not hold it: %v", s.Content, s.RunID, res.Answer)
+				rep.fail("lost: %s: run %s completed with an answer that does not answer it: %s", s.Content, s.RunID, answerText(res))
 				continue
 			}
 			rep.Answered++
@@ -130,8 +200,10 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 				rep.fail("lost: %s: absorbed run %s without the absorbing run's answer: %+v", s.Content, s.RunID, res)
 				continue
 			}
-			if !strings.Contains(res.Answer.Content, s.Content) {
-				rep.fail("absorbed %s: the answer of %s does not hold it: %q", s.Content, res.AnsweredByRunID, res.Answer.Content)
+			if !slices.Contains(by, res.AnsweredByRunID) {
+				rep.Lost++
+				rep.fail("lost: %s: absorbed by %s, whose answer does not answer it: %q", s.Content, res.AnsweredByRunID, res.Answer.Content)
+				continue
 			}
 			rep.Absorbed++
 			rep.latency(s, runs[res.AnsweredByRunID])
@@ -152,6 +224,20 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 		default:
 			rep.Lost++
 			rep.fail("lost: %s: run %s settled as %s/%s", s.Content, s.RunID, res.State, res.TerminalReason)
+			continue
+		}
+		// An input its run did not answer stays in the thread's prompt:
+		// the next run to complete answers it (once).
+		if (res.State == "failed" || res.State == "interrupted") && len(by) > 0 {
+			rep.Carried++
+		}
+		if len(by) > 1 {
+			rep.Duplicates++
+			why := explain(by, runs, byThread[s.Thread], faults)
+			rep.DupsBy[why]++
+			if why == "unexplained" {
+				rep.fail("answered %d times with no fault or interrupt in between: %s (run %s) answered by %v", len(by), s.Content, s.RunID, by)
+			}
 		}
 	}
 
@@ -243,6 +329,59 @@ func checkThread(rep *Report, thread string, rs []RunRecord) {
 	if active > 1 {
 		rep.fail("thread %s: %d active runs", thread, active)
 	}
+}
+
+// explain says what makes a second answer by the runs by legitimate: a
+// fault injected while they lived (from the first one's start to the last
+// one's end) or one of them recovered after a fault ("fault"), or a run of
+// the thread interrupted in that window ("interrupt"); else "unexplained".
+func explain(by []string, runs map[string]RunRecord, thread []RunRecord, faults []Fault) string {
+	var from, to time.Time
+	for _, id := range by {
+		r := runs[id]
+		if r.Attempt > 1 {
+			return "fault"
+		}
+		start := r.CreatedAt
+		if r.StartedAt != nil {
+			start = *r.StartedAt
+		}
+		if from.IsZero() || start.Before(from) {
+			from = start
+		}
+		if r.EndedAt != nil && r.EndedAt.After(to) {
+			to = *r.EndedAt
+		}
+	}
+	for _, f := range faults {
+		if !f.Start.After(to) && !f.End.Before(from) {
+			return "fault"
+		}
+	}
+	for _, r := range thread {
+		if r.State == "interrupted" && r.TerminalReason != "canceled" && r.EndedAt != nil &&
+			!r.EndedAt.Before(from) && !r.EndedAt.After(to) {
+			return "interrupt"
+		}
+	}
+	return "unexplained"
+}
+
+// twice is the summary lines' field of inputs answered twice, by what
+// explains it.
+func (r *Report) twice() string {
+	if r == nil {
+		return "answered_twice=?"
+	}
+	return fmt.Sprintf("answered_twice=%d(fault:%d,interrupt:%d,unexplained:%d)",
+		r.Duplicates, r.DupsBy["fault"], r.DupsBy["interrupt"], r.DupsBy["unexplained"])
+}
+
+func answerText(res Result) string {
+	if res.Answer == nil {
+		return "(none)"
+	}
+	return strconv.Quote(res.Answer.Content)
 }
 
 func (r *Report) latency(s Submission, answering RunRecord) {

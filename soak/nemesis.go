@@ -119,8 +119,8 @@ func (s *NemesisSummary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("nemesis %s profile=%s seed=%d accepted=%d faults=%d fault_time=%s inputs_lost=%d failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s retries=%d abandoned=%d accepted_after_last_fault=%d active_samples=%d leases_lost=%d store_errors_logged=%d",
-		verdict, s.Profile, s.Seed, s.Accepted, s.Rounds, s.Downtime.Round(100*time.Millisecond), s.Lost, s.Failed, s.Unasked, s.Throughput,
+	return fmt.Sprintf("nemesis %s profile=%s seed=%d accepted=%d faults=%d fault_time=%s inputs_lost=%d %s failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s retries=%d abandoned=%d accepted_after_last_fault=%d active_samples=%d leases_lost=%d store_errors_logged=%d",
+		verdict, s.Profile, s.Seed, s.Accepted, s.Rounds, s.Downtime.Round(100*time.Millisecond), s.Lost, s.Report.twice(), s.Failed, s.Unasked, s.Throughput,
 		s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.Retries, s.Abandoned, s.AcceptedAfter, s.Samples, s.LeasesLost, s.StoreErrors)
 }
 
@@ -283,6 +283,7 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 	deadline := start.Add(p.MaxDuration)
 	var phaseErr error
 	lastEnd := 0
+	var faults []Fault
 	for round := 0; round < p.Rounds && phaseErr == nil; round++ {
 		sleep(ctx, p.Every[0]+time.Duration(rng.Int64N(int64(p.Every[1]-p.Every[0]))))
 		if ctx.Err() != nil {
@@ -299,6 +300,7 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 			phaseErr = fillDisk(ctx, mnt, p.Hold, logf)
 		}
 		sum.Downtime += time.Since(t0)
+		faults = append(faults, Fault{Kind: p.Kind, Start: t0, End: time.Now()})
 		sum.Rounds++
 		lastEnd = load.Accepted()
 		logf("fault %d/%d over after %s, accepted %d", sum.Rounds, p.Rounds, time.Since(t0).Round(100*time.Millisecond), lastEnd)
@@ -338,13 +340,13 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 	}
 	logf("load stopped after %s: %d accepted; checking", sum.Elapsed.Round(time.Second), sum.Accepted)
 
-	rep := Check(ctx, c, load.Submissions(), load.Threads(), p.ResultWait)
+	rep := Check(ctx, c, load.Submissions(), load.Threads(), faults, p.ResultWait)
 	sum.Report, sum.Lost = rep, rep.Lost
 	sum.Failed, sum.Unasked = rep.Failed, rep.Unasked
 	sum.P50, sum.P99 = Percentile(rep.Latencies, 50), Percentile(rep.Latencies, 99)
 	sum.Problems = append(sum.Problems, rep.Problems...)
-	logf("results: %d answered, %d absorbed, %d failed, %d interrupted; %d runs; %d keys re-posted",
-		rep.Answered, rep.Absorbed, rep.Failed, rep.Stopped, rep.Runs, rep.Keys)
+	logf("results: %d answered, %d absorbed, %d failed, %d interrupted (%d of those answered by a later run); %d runs; %d keys re-posted",
+		rep.Answered, rep.Absorbed, rep.Failed, rep.Stopped, rep.Carried, rep.Runs, rep.Keys)
 	for e, n := range rep.Errors {
 		logf("failed inputs: %d with error %q", n, e)
 	}

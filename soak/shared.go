@@ -59,8 +59,8 @@ func (s *SharedSummary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("several-hosts %s accepted=%d lost=%d victim_threads=%d moved=%d recovered_runs=%d active_samples=%d",
-		verdict, s.Accepted, s.Lost, s.Owned, s.Moved, s.Recovered, s.Samples)
+	return fmt.Sprintf("several-hosts %s accepted=%d lost=%d %s victim_threads=%d moved=%d recovered_runs=%d active_samples=%d",
+		verdict, s.Accepted, s.Lost, s.Report.twice(), s.Owned, s.Moved, s.Recovered, s.Samples)
 }
 
 // RunShared runs Hosts servers on one shared store under load through a
@@ -151,6 +151,7 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 	var owned []string
 	deadline := time.Now().Add(o.MaxDuration)
 	var phaseErr error
+	var faults []Fault
 	for load.Accepted() < o.Accepted/3 && phaseErr == nil {
 		if time.Now().After(deadline) {
 			phaseErr = fmt.Errorf("only %d accepted in %s before the kill", load.Accepted(), o.MaxDuration)
@@ -164,6 +165,9 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		} else {
 			owned = ownedBy(ctx, o.Store, load.Threads(), victimEpoch)
 			pid := victim.Pid()
+			// Its runs move once its lease lapses: the fault lasts until
+			// the end of the load.
+			faults = append(faults, Fault{Kind: "host kill", Start: time.Now(), End: time.Now().Add(o.MaxDuration)})
 			if err := victim.Kill(); err != nil {
 				phaseErr = fmt.Errorf("killing host0: %w", err)
 			} else {
@@ -193,7 +197,7 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 
 	survivors := NewClient(bases[1])
 	survivors.More = bases[2:]
-	rep := Check(ctx, survivors, load.Submissions(), load.Threads(), o.ResultWait)
+	rep := Check(ctx, survivors, load.Submissions(), load.Threads(), faults, o.ResultWait)
 	sum.Report, sum.Lost = rep, rep.Lost
 	sum.Problems = append(sum.Problems, rep.Problems...)
 

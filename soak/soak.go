@@ -77,8 +77,8 @@ func (s *Summary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
-		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Failed, s.Unasked, s.Throughput,
+	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d %s failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
+		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Report.twice(), s.Failed, s.Unasked, s.Throughput,
 		s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.BadSent, s.SlowClients, s.Retries, s.Abandoned)
 }
 
@@ -164,6 +164,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	// Chaos: kills at random moments until the targets are met.
 	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
 	var chaosErr error
+	var faults []Fault
 	deadline := start.Add(p.MaxDuration)
 	for chaosErr == nil {
 		if sum.ServerKills >= p.ServerKills && sum.DriverKills >= p.DriverKills && load.Accepted() >= p.Accepted {
@@ -184,6 +185,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		if needS <= 0 && needD <= 0 {
 			killDriver = rng.IntN(3) == 0
 		}
+		t0 := time.Now()
 		if killDriver {
 			pid, err := srv.KillDriver()
 			if err != nil {
@@ -196,6 +198,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 			if err := waitDriver(ctx, srv, pid); err != nil {
 				chaosErr = err
 			}
+			faults = append(faults, Fault{Kind: "driver kill", Start: t0, End: time.Now()})
 			continue
 		}
 		pid := srv.Pid()
@@ -207,12 +210,13 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		logf("kill -9 server %d (%d/%d), accepted %d", pid, sum.ServerKills, p.ServerKills, load.Accepted())
 		// Down for a random moment, as a supervisor would leave it.
 		sleep(ctx, time.Duration(rng.Int64N(int64(500*time.Millisecond))))
-		t0 := time.Now()
+		t1 := time.Now()
 		if err := srv.Start(ctx, c); err != nil {
 			chaosErr = fmt.Errorf("restart after kill %d: %w", sum.ServerKills, err)
 			break
 		}
-		logf("restarted in %s", time.Since(t0).Round(time.Millisecond))
+		faults = append(faults, Fault{Kind: "server kill", Start: t0, End: time.Now()})
+		logf("restarted in %s", time.Since(t1).Round(time.Millisecond))
 	}
 	load.Stop()
 	close(badStop)
@@ -238,7 +242,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	logf("load stopped after %s: %d accepted; checking", sum.Elapsed.Round(time.Second), sum.Accepted)
 
 	bad.All(ctx, o.Seed)
-	rep := Check(ctx, c, load.Submissions(), load.Threads(), p.ResultWait)
+	rep := Check(ctx, c, load.Submissions(), load.Threads(), faults, p.ResultWait)
 	sum.Report = rep
 	sum.Lost = rep.Lost
 	sum.Failed, sum.Unasked = rep.Failed, rep.Unasked
@@ -254,8 +258,8 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	if !srv.Running() {
 		sum.Problems = append(sum.Problems, "the server died during the checks")
 	}
-	logf("results: %d answered, %d absorbed, %d failed, %d interrupted; %d runs; %d keys re-posted; bad inputs %d answered as documented, %d while the server was away",
-		rep.Answered, rep.Absorbed, rep.Failed, rep.Stopped, rep.Runs, rep.Keys, sum.BadSent, sum.BadSkipped)
+	logf("results: %d answered, %d absorbed, %d failed, %d interrupted (%d of those answered by a later run); %d runs; %d keys re-posted; bad inputs %d answered as documented, %d while the server was away",
+		rep.Answered, rep.Absorbed, rep.Failed, rep.Stopped, rep.Carried, rep.Runs, rep.Keys, sum.BadSent, sum.BadSkipped)
 	errs := make([]string, 0, len(rep.Errors))
 	for e := range rep.Errors {
 		errs = append(errs, e)
