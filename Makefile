@@ -90,12 +90,17 @@ mutants:
 
 # The soak (docs/soak.md): agenthost serve on badgerstore under load, killed
 # with SIGKILL (server and driver) at random moments, checked over HTTP.
-# `make soak` runs the full profile, `make soak PROFILE=short` the short one
-# (also part of `make test`). Replay a failure with SEED=N.
+# `make soak` runs the full profile (runs of three tool-calling steps),
+# `make soak PROFILE=short` the short one (also part of `make test`),
+# PROFILE=steps-short the short one with tool-calling steps. Replay a
+# failure with SEED=N. STRICT_STEPS=1 fails on any tool call made again
+# after its result was committed even where the server shows no durable
+# steps.
 PROFILE ?= full
 SEED    ?=
+STRICT_STEPS ?=
 soak:
-	$(GO) run ./cmd/agenthost-loadgen soak -profile $(PROFILE) $(if $(SEED),-seed $(SEED))
+	$(GO) run ./cmd/agenthost-loadgen soak -profile $(PROFILE) $(if $(SEED),-seed $(SEED)) $(if $(STRICT_STEPS),-strict-steps)
 
 # The nemeses (docs/soak.md): `make soak PROFILE=pause|postgres|diskfull`
 # runs one (-short variants too), `make soak-nemeses` the three full ones.

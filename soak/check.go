@@ -21,6 +21,7 @@ type Report struct {
 	Unasked   int             // of those, inputs that did not ask the scripted model to fail
 	Stopped   int             // ended interrupted or canceled
 	Carried   int             // failed or stopped inputs a later run of their thread answered (they stay in its prompt)
+	Completed []string        // ids of the completed runs
 	Keys      int             // idempotency keys checked again
 	Runs      int             // runs seen on the threads
 	Latencies []time.Duration // submit to answer, answered submissions
@@ -154,6 +155,13 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 			runs[r.ID] = r
 		}
 	}
+
+	for id, r := range runs {
+		if r.State == "completed" {
+			rep.Completed = append(rep.Completed, id)
+		}
+	}
+	sort.Strings(rep.Completed)
 
 	// Who answered what: the completed runs answering each content.
 	answeredBy := map[string][]string{}

@@ -141,30 +141,12 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 	}
 	logf("seed %d, profile %s (replay: go run ./cmd/agenthost-loadgen soak -profile %s -seed %d)", o.Seed, p.Name, p.Name, o.Seed)
 	Subreaper()
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "agenthost-nemesis-"); err != nil {
-			return sum, err
-		}
-		defer func() {
-			if err == nil && len(sum.Problems) == 0 {
-				os.RemoveAll(dir)
-			} else {
-				logf("kept %s (data, logs)", dir)
-			}
-		}()
-	}
-	bin := o.Bin
-	if bin == "" {
-		logf("building agenthost")
-		if bin, err = Build(ctx, dir); err != nil {
-			return sum, err
-		}
-	}
-	scriptPath := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+	rg, err := newRig(ctx, rigOptions{Dir: o.Dir, Bin: o.Bin, Prefix: "agenthost-nemesis-", Logf: logf})
+	if err != nil {
 		return sum, err
 	}
+	dir := rg.Dir
+	defer func() { rg.finish(err == nil && len(sum.Problems) == 0) }()
 
 	var (
 		srvs    []*Server
@@ -191,13 +173,7 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 			st.Close(context.Background())
 		}
 	}()
-	defer func() {
-		for _, s := range srvs {
-			if alive := s.Cleanup(); len(alive) > 0 {
-				sum.Problems = append(sum.Problems, fmt.Sprintf("processes left behind: %v", alive))
-			}
-		}
-	}()
+	defer func() { sum.Problems = append(sum.Problems, rg.stop()...) }()
 
 	switch p.Kind {
 	case NemesisPause, NemesisPostgres:
@@ -217,9 +193,8 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 		}
 		for i := range 3 {
 			name := fmt.Sprintf("host%d", i)
-			srvs = append(srvs, &Server{Bin: bin, Data: filepath.Join(dir, name), Script: scriptPath, LogPath: filepath.Join(dir, name+".log"),
-				Env:  []string{"AGENTHOST_SHUTDOWN_TIMEOUT=1s"},
-				Args: []string{"--store", "pgstore", "--store-url", url, "--lease-ttl", p.LeaseTTL.String(), "--poll-interval", (p.LeaseTTL / 4).String(), "--host-name", name}})
+			srvs = append(srvs, rg.server(name, name, nil,
+				[]string{"--store", "pgstore", "--store-url", url, "--lease-ttl", p.LeaseTTL.String(), "--poll-interval", (p.LeaseTTL / 4).String(), "--host-name", name}))
 		}
 	case NemesisDiskFull:
 		mnt = filepath.Join(dir, "store")
@@ -239,8 +214,7 @@ func RunNemesis(ctx context.Context, o NemesisOptions) (sum *NemesisSummary, err
 		if err := os.WriteFile(config, []byte("store: badgerstore\nstore_config:\n  dir: "+filepath.Join(mnt, "badger")+"\n"), 0o644); err != nil {
 			return sum, err
 		}
-		srvs = append(srvs, &Server{Bin: bin, Data: filepath.Join(dir, "data"), Script: scriptPath, LogPath: filepath.Join(dir, "server.log"),
-			Env: []string{"AGENTHOST_SHUTDOWN_TIMEOUT=1s"}, Args: []string{"--config", config}})
+		srvs = append(srvs, rg.server("server", "data", nil, []string{"--config", config}))
 	default:
 		return sum, fmt.Errorf("no nemesis %q (%s, %s, %s)", p.Kind, NemesisPause, NemesisPostgres, NemesisDiskFull)
 	}

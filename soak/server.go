@@ -27,23 +27,19 @@ type Server struct {
 	LogPath string
 	// Args are added to the serve command line.
 	Args []string
+	// Helpers names environment variables that mark the other subprocesses
+	// the server starts (e.g. MCPTEST_CALLS of the test MCP server): killed
+	// at cleanup, as drivers are.
+	Helpers []string
+	// StartEnv, if set, adds to Env for the n-th start (from 1).
+	StartEnv func(n int) []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	done    chan struct{}
 	pgids   map[int]bool // process groups of every server started
-	drivers map[int]bool // driver pids seen
+	drivers map[int]bool // driver and helper pids seen
 	starts  int
-}
-
-// Build builds the agenthost binary into dir.
-func Build(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "agenthost")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/agenthost/agenthost/cmd/agenthost")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
 }
 
 // FreeAddr returns a free loopback address.
@@ -69,6 +65,9 @@ func (s *Server) Start(ctx context.Context, c *Client) error {
 	}
 	cmd := exec.Command(s.Bin, append([]string{"serve", "--listen", s.Addr, "--data", s.Data, "--model", "scripted:" + s.Script}, s.Args...)...)
 	cmd.Env = append(os.Environ(), s.Env...)
+	if s.StartEnv != nil {
+		cmd.Env = append(cmd.Env, s.StartEnv(s.starts+1)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group (the driver joins it), and killed if we die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -96,11 +95,13 @@ func (s *Server) Start(ctx context.Context, c *Client) error {
 		ok := c.Healthy(hctx)
 		cancel()
 		if ok {
-			if pid, err := s.DriverPid(); err == nil {
-				s.mu.Lock()
-				s.drivers[pid] = true
-				s.mu.Unlock()
+			s.mu.Lock()
+			for _, c := range children(cmd.Process.Pid) {
+				if s.ours(c) {
+					s.drivers[c] = true
+				}
 			}
+			s.mu.Unlock()
 			return nil
 		}
 		sleep(ctx, 50*time.Millisecond)
@@ -180,6 +181,24 @@ func isDriver(pid int) bool {
 	return err == nil && strings.Contains("\x00"+string(b), "\x00AGENTHOST_SERVE_DRIVER=")
 }
 
+// ours reports whether pid is a driver or a helper of the server's.
+func (s *Server) ours(pid int) bool {
+	if isDriver(pid) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	env := "\x00" + string(b)
+	for _, h := range s.Helpers {
+		if strings.Contains(env, "\x00"+h+"=") {
+			return true
+		}
+	}
+	return false
+}
+
 // DriverPid finds the server's driver subprocess.
 func (s *Server) DriverPid() (int, error) {
 	pid := s.Pid()
@@ -223,8 +242,8 @@ func (s *Server) Starts() int {
 }
 
 // Cleanup kills every process the server ever started: the server, every
-// driver seen and every driver in the servers' process groups (drivers join
-// them), and reports the ones still alive afterwards.
+// driver and helper seen and every one in the servers' process groups
+// (they join them), and reports the ones still alive afterwards.
 func (s *Server) Cleanup() []int {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
@@ -241,12 +260,12 @@ func (s *Server) Cleanup() []int {
 	// Drivers the server restarted on its own are found by their process
 	// group; a group id reused by an unrelated process is left alone.
 	for _, p := range groupMembers(pgids) {
-		if isDriver(p) {
+		if s.ours(p) {
 			drivers[p] = true
 		}
 	}
 	for p := range drivers {
-		if isDriver(p) {
+		if s.ours(p) {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -77,50 +75,23 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 	logf := func(format string, args ...any) { fmt.Fprintf(logw, "several-hosts: "+format+"\n", args...) }
 	sum = &SharedSummary{}
 	Subreaper()
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "agenthost-shared-"); err != nil {
-			return sum, err
-		}
-		defer func() {
-			if err == nil && len(sum.Problems) == 0 {
-				os.RemoveAll(dir)
-			} else {
-				logf("kept %s (host logs)", dir)
-			}
-		}()
-	}
-	bin := o.Bin
-	if bin == "" {
-		if bin, err = Build(ctx, dir); err != nil {
-			return sum, err
-		}
-	}
-	scriptPath := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+	rg, err := newRig(ctx, rigOptions{Dir: o.Dir, Bin: o.Bin, Prefix: "agenthost-shared-", Logf: logf})
+	if err != nil {
 		return sum, err
 	}
+	defer func() { rg.finish(err == nil && len(sum.Problems) == 0) }()
+	defer func() { sum.Problems = append(sum.Problems, rg.stop()...) }()
 	srvs := make([]*Server, o.Hosts)
 	bases := make([]string, o.Hosts)
-	defer func() {
-		for _, s := range srvs {
-			if s == nil {
-				continue
-			}
-			if alive := s.Cleanup(); len(alive) > 0 {
-				sum.Problems = append(sum.Problems, fmt.Sprintf("processes left behind: %v", alive))
-			}
-		}
-	}()
 	for i := range srvs {
 		addr, err := FreeAddr()
 		if err != nil {
 			return sum, err
 		}
 		name := fmt.Sprintf("host%d", i)
-		srvs[i] = &Server{Bin: bin, Data: filepath.Join(dir, name), Addr: addr, Script: scriptPath, LogPath: filepath.Join(dir, name+".log"),
-			Env:  []string{"AGENTHOST_SHUTDOWN_TIMEOUT=1s"},
-			Args: []string{"--store", "pgstore", "--store-url", o.StoreURL, "--lease-ttl", o.LeaseTTL.String(), "--poll-interval", (o.LeaseTTL / 4).String(), "--host-name", name}}
+		srvs[i] = rg.server(name, name, nil,
+			[]string{"--store", "pgstore", "--store-url", o.StoreURL, "--lease-ttl", o.LeaseTTL.String(), "--poll-interval", (o.LeaseTTL / 4).String(), "--host-name", name})
+		srvs[i].Addr = addr
 		bases[i] = "http://" + addr
 		if err := srvs[i].Start(ctx, NewClient(bases[i])); err != nil {
 			return sum, fmt.Errorf("%s: %w", name, err)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -28,17 +27,27 @@ type Profile struct {
 	MaxDuration  time.Duration // the load phase fails if the targets are not met by then
 	ResultWait   time.Duration // bound on the final wait for results
 	MaxBodyBytes int
+	// ToolSteps > 0 makes every run call a tool of the test MCP server in
+	// that many steps before it answers; the tool logs the idempotency key
+	// of every execution, and the soak counts the calls made again.
+	ToolSteps int
 }
 
 // Profiles are the named profiles: "short" for `make test`, "full" for
-// `make soak`.
+// `make soak` (runs of three tool-calling steps), "steps-short" the short
+// one with those runs.
 var Profiles = map[string]Profile{
 	"short": {Name: "short", ServerKills: 5, DriverKills: 3, Accepted: 600, Threads: 24, Workers: 12,
 		Pause: 30 * time.Millisecond, KillEvery: [2]time.Duration{3 * time.Second, 7 * time.Second},
 		BadEvery: 100 * time.Millisecond, MaxDuration: 4 * time.Minute, ResultWait: 2 * time.Minute, MaxBodyBytes: 64 << 10},
+	"steps-short": {Name: "steps-short", ServerKills: 5, DriverKills: 3, Accepted: 600, Threads: 24, Workers: 12,
+		Pause: 30 * time.Millisecond, KillEvery: [2]time.Duration{3 * time.Second, 7 * time.Second},
+		BadEvery: 100 * time.Millisecond, MaxDuration: 4 * time.Minute, ResultWait: 2 * time.Minute, MaxBodyBytes: 64 << 10,
+		ToolSteps: 3},
 	"full": {Name: "full", ServerKills: 20, DriverKills: 10, Accepted: 5000, Threads: 64, Workers: 16,
 		Pause: 30 * time.Millisecond, KillEvery: [2]time.Duration{2 * time.Second, 8 * time.Second},
-		BadEvery: 50 * time.Millisecond, MaxDuration: 30 * time.Minute, ResultWait: 5 * time.Minute, MaxBodyBytes: 64 << 10},
+		BadEvery: 50 * time.Millisecond, MaxDuration: 30 * time.Minute, ResultWait: 5 * time.Minute, MaxBodyBytes: 64 << 10,
+		ToolSteps: 3},
 }
 
 // Options configure Run.
@@ -51,6 +60,11 @@ type Options struct {
 	// removed after a soak that passed.
 	Dir string
 	Log io.Writer
+	// StrictSteps fails the soak on any tool call made again after its
+	// result was committed, and when the server keeps no durable steps to
+	// tell. Without it, redone calls fail the soak only where the server
+	// serves committed steps (GET /v1/runs/{id}/steps) and a run has one.
+	StrictSteps bool
 }
 
 // Summary is the outcome of a soak.
@@ -68,6 +82,7 @@ type Summary struct {
 	SlowClients              int
 	Failed, Unasked          int // failed inputs; those that did not ask the model to fail
 	Abandoned, Retries, Dups int
+	Tools                    *ToolReport // profiles with ToolSteps
 	Problems                 []string
 }
 
@@ -77,15 +92,10 @@ func (s *Summary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d %s failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
-		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Report.twice(), s.Failed, s.Unasked, s.Throughput,
+	return fmt.Sprintf("soak %s profile=%s seed=%d accepted=%d kills_survived=server:%d,driver:%d inputs_lost=%d %s%s failed=%d(unasked:%d) throughput=%.1f/s p50=%s p99=%s bad_inputs=%d slow_clients=%d retries=%d abandoned=%d",
+		verdict, s.Profile, s.Seed, s.Accepted, s.ServerKills, s.DriverKills, s.Lost, s.Report.twice(), s.Tools.field(), s.Failed, s.Unasked, s.Throughput,
 		s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.BadSent, s.SlowClients, s.Retries, s.Abandoned)
 }
-
-// script is the scripted model: a tool call, then an answer that echoes the
-// inputs; inputs with "please fail" fail.
-const script = `{"steps":[{"delay":"30ms","tool":{"name":"lookup","arguments":"{}"}},{"delay":"30ms","answer":"echo"}],
- "when":[{"input":"please fail","steps":[{"fail":"model unavailable (scripted)"}]}]}`
 
 // Run runs one soak: builds agenthost, serves it on badgerstore under load,
 // kills the server and the driver at random moments, restarts the server,
@@ -103,41 +113,18 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	logf("seed %d, profile %s (replay: go run ./cmd/agenthost-loadgen soak -profile %s -seed %d)", o.Seed, p.Name, p.Name, o.Seed)
 	Subreaper()
 
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "agenthost-soak-"); err != nil {
-			return sum, err
-		}
-		defer func() {
-			if err == nil && len(sum.Problems) == 0 {
-				os.RemoveAll(dir)
-			} else {
-				logf("kept %s (data, server.log)", dir)
-			}
-		}()
-	}
-	bin := o.Bin
-	if bin == "" {
-		logf("building agenthost")
-		if bin, err = Build(ctx, dir); err != nil {
-			return sum, err
-		}
-	}
-	scriptPath := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+	rg, err := newRig(ctx, rigOptions{Dir: o.Dir, Bin: o.Bin, Prefix: "agenthost-soak-", ToolSteps: p.ToolSteps, Logf: logf})
+	if err != nil {
 		return sum, err
 	}
+	defer func() { rg.finish(err == nil && len(sum.Problems) == 0) }()
+	defer func() { sum.Problems = append(sum.Problems, rg.stop()...) }()
 	addr, err := FreeAddr()
 	if err != nil {
 		return sum, err
 	}
-	srv := &Server{Bin: bin, Data: filepath.Join(dir, "data"), Addr: addr, Script: scriptPath, LogPath: filepath.Join(dir, "server.log"),
-		Env: []string{fmt.Sprintf("AGENTHOST_MAX_BODY_BYTES=%d", p.MaxBodyBytes), "AGENTHOST_SHUTDOWN_TIMEOUT=1s"}}
-	defer func() {
-		if alive := srv.Cleanup(); len(alive) > 0 {
-			sum.Problems = append(sum.Problems, fmt.Sprintf("processes left behind: %v", alive))
-		}
-	}()
+	srv := rg.server("server", "data", []string{fmt.Sprintf("AGENTHOST_MAX_BODY_BYTES=%d", p.MaxBodyBytes)}, nil)
+	srv.Addr = addr
 	c := NewClient("http://" + addr)
 	if err := srv.Start(ctx, c); err != nil {
 		return sum, err
@@ -165,6 +152,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	rng := rand.New(rand.NewPCG(o.Seed, 0xc4a05))
 	var chaosErr error
 	var faults []Fault
+	var marks []logMark // of the tool-call logs, at each fault
 	deadline := start.Add(p.MaxDuration)
 	for chaosErr == nil {
 		if sum.ServerKills >= p.ServerKills && sum.DriverKills >= p.DriverKills && load.Accepted() >= p.Accepted {
@@ -193,6 +181,10 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 				break
 			}
 			sum.DriverKills++
+			if rg.Tools != "" {
+				n := srv.Starts()
+				marks = append(marks, markLog(t0, rg.CallsLog("server", n), n-1))
+			}
 			logf("kill -9 driver %d (%d/%d), accepted %d", pid, sum.DriverKills, p.DriverKills, load.Accepted())
 			// The server must stay up and restart its driver.
 			if err := waitDriver(ctx, srv, pid); err != nil {
@@ -216,6 +208,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 			break
 		}
 		faults = append(faults, Fault{Kind: "server kill", Start: t0, End: time.Now()})
+		marks = append(marks, logMark{At: t0, File: srv.Starts() - 1})
 		logf("restarted in %s", time.Since(t1).Round(time.Millisecond))
 	}
 	load.Stop()
@@ -270,6 +263,24 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	}
 	if d := logTail(srv.LogPath, "panic"); d != "" {
 		sum.Problems = append(sum.Problems, "server log: "+d)
+	}
+	if rg.Tools != "" {
+		var logs []string
+		for n := 1; n <= srv.Starts(); n++ {
+			logs = append(logs, rg.CallsLog("server", n))
+		}
+		sum.Tools = checkTools(ctx, c, logs, marks, p.ToolSteps, rep.Completed)
+		t := sum.Tools
+		sum.Problems = append(sum.Problems, t.Problems...)
+		logf("tools: %d calls made, %d keys, %d made again (%d across a fault, %d with none between); steps served: %v, durable: %v; redone %d, in flight at a fault %d",
+			t.Executions, t.Keys, t.Reexecuted, t.Across, t.Within, t.Steps, t.Durable, t.Redone, t.InFlight)
+		switch {
+		case t.Durable || o.StrictSteps:
+			sum.Problems = append(sum.Problems, t.RedoneCalls...)
+			if !t.Durable {
+				sum.Problems = append(sum.Problems, "strict steps: the server keeps no durable steps (GET /v1/runs/{id}/steps), so redone calls cannot be told")
+			}
+		}
 	}
 	return sum, nil
 }

@@ -1,7 +1,7 @@
 // Command agenthost-loadgen puts load on an agenthost server and soaks it.
 //
 //	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
-//	agenthost-loadgen soak [--profile short|full] [--seed N] [--dir DIR]
+//	agenthost-loadgen soak [--profile short|steps-short|full|NEMESIS] [--seed N] [--dir DIR] [--strict-steps]
 //	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N]
 //
 // load submits inputs over HTTP across many threads with a mix of hints and
@@ -131,10 +131,11 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	profile := fs.String("profile", "short", "profile: short, full, or a nemesis (pause, postgres, diskfull, each also -short)")
+	profile := fs.String("profile", "short", "profile: short, steps-short, full, or a nemesis (pause, postgres, diskfull, each also -short)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of every choice")
 	dir := fs.String("dir", "", "folder for the data and the server's log (default: a temporary one, removed when the soak passes)")
 	bin := fs.String("bin", "", "agenthost binary (default: build one)")
+	strict := fs.Bool("strict-steps", false, "fail on any tool call made again after its result was committed, and when the server keeps no durable steps to tell (default: only where it keeps them)")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -143,11 +144,11 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	p, ok := soak.Profiles[*profile]
 	if !ok {
-		fmt.Fprintf(stderr, "agenthost-loadgen: no profile %q (short, full, or a nemesis: %s)\n", *profile, strings.Join(nemesisNames(), ", "))
+		fmt.Fprintf(stderr, "agenthost-loadgen: no profile %q (short, steps-short, full, or a nemesis: %s)\n", *profile, strings.Join(nemesisNames(), ", "))
 		return 2
 	}
 	fmt.Fprintf(stdout, "seed %d\n", *seed)
-	sum, err := soak.Run(ctx, soak.Options{Profile: p, Seed: *seed, Dir: *dir, Bin: *bin, Log: stderr})
+	sum, err := soak.Run(ctx, soak.Options{Profile: p, Seed: *seed, Dir: *dir, Bin: *bin, Log: stderr, StrictSteps: *strict})
 	if err != nil {
 		fmt.Fprintf(stderr, "soak FAILED (seed %d): %v\n", *seed, err)
 		return 1
