@@ -157,8 +157,18 @@ func Check(ctx context.Context, c *Client, subs []Submission, threads []string, 
 	}
 
 	for id, r := range runs {
-		if r.State == "completed" {
-			rep.Completed = append(rep.Completed, id)
+		if r.State != "completed" {
+			continue
+		}
+		rep.Completed = append(rep.Completed, id)
+		if _, ok := results[id]; !ok {
+			// Completed since the first reading, and no submission of
+			// ours: its answer counts all the same.
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if res, ok, err := c.Result(rctx, id, 0); err == nil && ok {
+				results[id] = res
+			}
+			cancel()
 		}
 	}
 	sort.Strings(rep.Completed)
