@@ -281,11 +281,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestRestart: a driver killed with SIGKILL is reported unavailable, and
-// the next call runs on a fresh process.
+// TestRestart: a durable driver killed with SIGKILL is reported
+// unavailable, and the next call runs on a fresh process.
 func TestRestart(t *testing.T) {
 	ctx := context.Background()
-	d := launch(t, config(t, "memstore", ""))
+	d := launch(t, config(t, "badgerstore", t.TempDir()))
 	pid := d.Pid()
 	if pid == 0 {
 		t.Fatal("no pid")
@@ -453,7 +453,7 @@ func wholeBatch(th string, v int64) driver.Batch {
 // the driver stays killed.
 func TestKillDuringRelaunch(t *testing.T) {
 	ctx := context.Background()
-	d := launch(t, config(t, "memstore", ""))
+	d := launch(t, config(t, "badgerstore", t.TempDir()))
 	if _, err := d.Commit(ctx, wholeBatch("t", 0)); err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,16 @@ type Config struct {
 	// at every restart (go-plugin SecureConfig); a binary that differs is
 	// refused. Unset, the binary's checksum is taken at each start.
 	Checksum []byte
+	// CallTimeout bounds every call to the driver but Watch's stream (and
+	// Open and Close, bounded by StartTimeout and their context). A call
+	// that it ends, its caller's context still live, finds the driver
+	// stalled: the process is killed and relaunched as after a crash.
+	// Default DefaultCallTimeout.
+	CallTimeout time.Duration
+	// HeartbeatInterval is how often the driver is asked for its Info when
+	// no call is made, so that a stalled driver is found without traffic.
+	// Default 5s; negative: no heartbeat.
+	HeartbeatInterval time.Duration
 
 	// protocolVersions overrides the protocol versions offered (tests).
 	protocolVersions []int
@@ -71,7 +81,28 @@ type Driver struct {
 	// protocol is the store protocol version the first process spoke;
 	// a restarted process must speak the same (see start).
 	protocol int
+	// durable is the first instance's Info.Durable: a driver that is not
+	// durable is not relaunched (ErrLost).
+	durable  bool
+	gen      atomic.Uint64 // Generation
+	lost     chan struct{} // closed when a driver that is not durable ended
+	lostOnce sync.Once
+	stalls   atomic.Int64
+
+	beatCtx  context.Context // canceled by Close: ends the heartbeat
+	stopBeat context.CancelFunc
+	beat     sync.WaitGroup
 }
+
+// DefaultCallTimeout is the default of Config.CallTimeout.
+const DefaultCallTimeout = 15 * time.Second
+
+// ErrLost: the driver, whose Info says it is not durable, ended (crashed,
+// was killed, or stalled and was killed); the data it held ended with it.
+// It is not relaunched: a fresh, empty store under a host that still holds
+// the old one's runs would accept inputs it can never answer. Calls fail
+// with it, wrapped with driver.ErrUnavailable. See Lost.
+var ErrLost = errors.New("the store driver is not durable and its process ended: the data it held is gone; it is not relaunched")
 
 // ErrKilled is the error of a Close that did not finish by its context's
 // deadline: the driver process was killed (SIGKILL) instead of closing.
@@ -90,6 +121,7 @@ type instance struct {
 	// protocol is the store protocol version the process speaks.
 	protocol int
 	once     sync.Once
+	stalled  atomic.Bool // a call passed CallTimeout: the process was killed
 }
 
 func (in *instance) markSuspect() { in.once.Do(func() { close(in.suspect) }) }
@@ -128,16 +160,28 @@ func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.RestartBackoff <= 0 {
 		cfg.RestartBackoff = time.Second
 	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 5 * time.Second
+	}
 	if len(cfg.protocolVersions) == 0 {
 		cfg.protocolVersions = driverrpc.Versions()
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path)}
+	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path), lost: make(chan struct{})}
+	d.beatCtx, d.stopBeat = context.WithCancel(context.Background())
 	in, err := d.start(ctx)
 	if err != nil {
+		d.stopBeat()
 		return nil, err
 	}
 	d.cur = in
 	d.protocol = in.protocol
+	if cfg.HeartbeatInterval > 0 {
+		d.beat.Add(1)
+		go d.heartbeat()
+	}
 	return d, nil
 }
 
@@ -235,9 +279,11 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	if err := c.Open(ctx, d.cfg.DriverConfig); err != nil {
 		return fail(fmt.Errorf("opening driver %s: %w", d.cfg.Path, err))
 	}
-	info, err := c.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+	info, err := c.Info(ictx)
+	cancel()
 	if err != nil {
-		return fail(fmt.Errorf("driver %s: %w", d.cfg.Path, err))
+		return fail(fmt.Errorf("driver %s: reading its info: %w", d.cfg.Path, err))
 	}
 	protocol := info.ProtocolVersion // the client bounds it by the handshake's
 	if protocol < driver.OldestProtocolVersion {
@@ -247,7 +293,11 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 		// The host chose its use of the driver at launch (Store).
 		return fail(fmt.Errorf("driver %s restarted speaking store protocol version %d, not %d as at launch", d.cfg.Path, protocol, d.protocol))
 	}
+	if d.starts == 0 {
+		d.durable = info.Durable
+	}
 	d.starts++
+	d.gen.Add(1)
 	in := &instance{proc: cmd.Process, pc: pc, rpc: rpc, c: c, suspect: make(chan struct{}), protocol: protocol}
 	if d.beforePublish != nil {
 		d.beforePublish()
@@ -283,15 +333,87 @@ func (d *Driver) Pid() int {
 	return 0
 }
 
-// healthy reports whether in can serve calls.
-func healthy(in *instance) bool {
-	if in == nil || in.pc.Exited() {
+// Generation counts the changes of what the driver's calls reach: it
+// grows at every start of a process (the first included) and when the
+// driver is lost. A cache of what the driver said is to be dropped when
+// it changes (package host/store does).
+func (d *Driver) Generation() uint64 { return d.gen.Load() }
+
+// Durable reports the first process's Info.Durable: whether the driver is
+// relaunched when its process ends.
+func (d *Driver) Durable() bool { return d.durable }
+
+// Lost returns a channel closed when the driver, not durable, ended for
+// good (ErrLost). A host is to stop: nothing it holds is in the store.
+func (d *Driver) Lost() <-chan struct{} { return d.lost }
+
+// Stalls reports how many times a process stopped answering within
+// CallTimeout and was killed.
+func (d *Driver) Stalls() int64 { return d.stalls.Load() }
+
+// healthy reports whether in can serve calls. A suspect instance is asked
+// for its Info, within CallTimeout (a stalled one is killed).
+func (d *Driver) healthy(ctx context.Context, in *instance) bool {
+	if in == nil || in.pc.Exited() || in.stalled.Load() {
 		return false
 	}
 	if in.isSuspect() {
-		return in.rpc.Ping() == nil
+		cctx, cancel := context.WithTimeoutCause(ctx, d.cfg.CallTimeout, errStalled)
+		defer cancel()
+		_, err := in.c.Info(cctx)
+		if err != nil && ctx.Err() == nil && context.Cause(cctx) == errStalled {
+			d.stalled(in, "Info")
+		}
+		return err == nil
 	}
 	return true
+}
+
+// errStalled is the cause of a call's context ended by CallTimeout.
+var errStalled = errors.New("the driver did not answer within its call timeout")
+
+// stalled reports and kills in, whose call op passed CallTimeout: its
+// calls in flight fail, and the next call relaunches it, as after a crash.
+func (d *Driver) stalled(in *instance, op string) {
+	if in.stalled.Swap(true) {
+		return
+	}
+	in.markSuspect()
+	d.stalls.Add(1)
+	d.log.Error("the store driver stopped answering: killing it to relaunch it",
+		"call", op, "call_timeout", d.cfg.CallTimeout, "pid", in.proc.Pid)
+	_ = in.proc.Kill()
+}
+
+// loseLocked marks the driver lost (mu held for writing).
+func (d *Driver) loseLocked() {
+	d.lostOnce.Do(func() {
+		d.gen.Add(1)
+		d.log.Error("the store driver is not durable and its process ended: " +
+			"every run and message it held is gone; it is not relaunched, and the host must stop")
+		close(d.lost)
+	})
+}
+
+// heartbeat asks the driver for its Info every HeartbeatInterval, so
+// that a stalled driver is found (and replaced) with no call in flight.
+func (d *Driver) heartbeat() {
+	defer d.beat.Done()
+	t := time.NewTicker(d.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.beatCtx.Done():
+			return
+		case <-d.lost:
+			return
+		case <-t.C:
+		}
+		if d.killed.Load() {
+			return
+		}
+		_, _ = d.Info(d.beatCtx)
+	}
 }
 
 // get returns the running instance, restarting the process if it died.
@@ -310,16 +432,29 @@ func (d *Driver) get(ctx context.Context) (*instance, error) {
 	if d.closed {
 		return nil, driver.ErrClosed
 	}
-	if healthy(d.cur) {
+	if d.healthy(ctx, d.cur) {
 		return d.cur, nil
 	}
 	if d.cur != nil {
-		d.log.Warn("store driver process is gone; restarting it")
+		if d.cur.stalled.Load() || !d.cur.pc.Exited() {
+			// A stalled process was killed; a suspect one that does not
+			// answer is: go-plugin's own kill asks it over its
+			// connection first, and would wait for an answer.
+			_ = d.cur.proc.Kill()
+		}
 		d.cur.pc.Kill() // reap it
 		d.cur = nil
+		if !d.durable && !d.killed.Load() {
+			d.loseLocked()
+		} else {
+			d.log.Warn("store driver process is gone; restarting it")
+		}
 	}
 	if d.killed.Load() {
 		return nil, fmt.Errorf("%w: driver %s was killed", driver.ErrUnavailable, d.cfg.Path)
+	}
+	if !d.durable {
+		return nil, fmt.Errorf("%w: driver %s: %w", driver.ErrUnavailable, d.cfg.Path, ErrLost)
 	}
 	if time.Since(d.lastFail) < d.cfg.RestartBackoff {
 		return nil, fmt.Errorf("%w: driver %s is down (last restart failed %v ago)", driver.ErrUnavailable, d.cfg.Path, time.Since(d.lastFail).Round(time.Millisecond))
@@ -331,6 +466,7 @@ func (d *Driver) get(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("%w: restarting driver: %v", driver.ErrUnavailable, err)
 	}
 	d.cur = in
+	d.log.Warn("store driver relaunched; the host's caches of it are dropped", "pid", in.proc.Pid, "starts", d.starts)
 	return in, nil
 }
 
@@ -353,79 +489,76 @@ func (d *Driver) isClosed() bool {
 
 // Info implements driver.Driver.
 func (d *Driver) Info(ctx context.Context) (driver.Info, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return driver.Info{}, err
-	}
-	info, err := in.c.Info(ctx)
-	return info, d.done(in, err)
+	return call(ctx, d, "Info", func(ctx context.Context, c *driverrpc.Client) (driver.Info, error) { return c.Info(ctx) })
 }
 
 // LoadThread implements driver.Driver.
 func (d *Driver) LoadThread(ctx context.Context, threadID string) (driver.ThreadSnapshot, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return driver.ThreadSnapshot{}, err
-	}
-	s, err := in.c.LoadThread(ctx, threadID)
-	return s, d.done(in, err)
+	return call(ctx, d, "LoadThread", func(ctx context.Context, c *driverrpc.Client) (driver.ThreadSnapshot, error) {
+		return c.LoadThread(ctx, threadID)
+	})
 }
 
 // Commit implements driver.Driver. A commit that fails with
 // driver.ErrUnavailable has an unknown outcome: read the thread's
 // LastCommitID to settle it.
 func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	v, err := in.c.Commit(ctx, b)
-	return v, d.done(in, err)
+	return call(ctx, d, "Commit", func(ctx context.Context, c *driverrpc.Client) (int64, error) { return c.Commit(ctx, b) })
 }
 
 // GetRuns implements driver.Driver.
 func (d *Driver) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rs, err := in.c.GetRuns(ctx, ids)
-	return rs, d.done(in, err)
+	return call(ctx, d, "GetRuns", func(ctx context.Context, c *driverrpc.Client) ([]record.Run, error) { return c.GetRuns(ctx, ids) })
 }
 
 // GetIdempotency implements driver.Driver.
 func (d *Driver) GetIdempotency(ctx context.Context, threadID, key string) (record.Idempotency, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return record.Idempotency{}, err
-	}
-	k, err := in.c.GetIdempotency(ctx, threadID, key)
-	return k, d.done(in, err)
+	return call(ctx, d, "GetIdempotency", func(ctx context.Context, c *driverrpc.Client) (record.Idempotency, error) {
+		return c.GetIdempotency(ctx, threadID, key)
+	})
 }
 
 // ReadHistory implements driver.Driver.
 func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int64, limit int) ([]record.Message, error) {
-	in, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ms, err := in.c.ReadHistory(ctx, threadID, afterSeq, limit)
-	return ms, d.done(in, err)
+	return call(ctx, d, "ReadHistory", func(ctx context.Context, c *driverrpc.Client) ([]record.Message, error) {
+		return c.ReadHistory(ctx, threadID, afterSeq, limit)
+	})
 }
 
 // ListRuns implements driver.Driver.
 func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after string, limit int) ([]record.Run, error) {
+	return call(ctx, d, "ListRuns", func(ctx context.Context, c *driverrpc.Client) ([]record.Run, error) {
+		return c.ListRuns(ctx, state, after, limit)
+	})
+}
+
+// call runs f on the running instance, restarting the process if it died,
+// with a deadline of CallTimeout: a call that passes it while ctx is live
+// finds the driver stalled (see stalled), and fails with
+// driver.ErrUnavailable.
+func call[T any](ctx context.Context, d *Driver, op string, f func(context.Context, *driverrpc.Client) (T, error)) (T, error) {
 	in, err := d.get(ctx)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	rs, err := in.c.ListRuns(ctx, state, after, limit)
-	return rs, d.done(in, err)
+	cctx, cancel := context.WithTimeoutCause(ctx, d.cfg.CallTimeout, errStalled)
+	defer cancel()
+	v, err := f(cctx, in.c)
+	if err != nil && ctx.Err() == nil && context.Cause(cctx) == errStalled {
+		d.stalled(in, op)
+		var zero T
+		return zero, fmt.Errorf("%w: driver %s did not answer %s within %v (%v); it is being relaunched",
+			driver.ErrUnavailable, d.cfg.Path, op, d.cfg.CallTimeout, err)
+	}
+	return v, d.done(in, err)
 }
 
 // Close implements driver.Driver: it closes the driver in the subprocess
 // and ends the subprocess, waiting for it. Closing twice is not an error.
 func (d *Driver) Close(ctx context.Context) error {
+	d.stopBeat()
+	d.beat.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
