@@ -20,6 +20,8 @@ import (
 	"iter"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,6 +88,11 @@ type Store struct {
 	snaps snapCache
 	hist  histCache
 	done  doneCache
+
+	// gen is the driver generation the caches were filled under (see
+	// revalidate).
+	gen   atomic.Uint64
+	genMu sync.Mutex
 }
 
 // New returns a store layer over d.
@@ -118,9 +125,13 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
-	return &Store{d: d, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
+	s := &Store{d: d, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
 		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
 		done: doneCache{f: newFIFO[doneRun](8192)}}
+	if g, ok := d.(Generational); ok {
+		s.gen.Store(g.Generation())
+	}
+	return s
 }
 
 // NewID returns prefix + "_" + a time-ordered UUID (version 7) in hex.
@@ -356,6 +367,7 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 	// The first attempt may start from the snapshot this store layer's own
 	// last commit on the thread left (no read); whatever it decides is
 	// either checked by the commit's version, or redone from a fresh read.
+	gen := s.revalidate()
 	var cached driver.ThreadSnapshot
 	fromCache := false
 	if useCache {
@@ -371,7 +383,7 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 			if ts, err = s.d.LoadThread(ctx, threadID); err != nil {
 				return runstate.Effects{}, fmt.Errorf("loading thread %s: %w", threadID, err)
 			}
-			if useCache {
+			if useCache && s.current(gen) {
 				s.snaps.set(ts) // the freshest this layer knows
 			}
 		}
@@ -427,9 +439,11 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 		}
 		switch {
 		case err == nil:
-			s.snaps.put(b, snap.Open, eff.RunRecords)
-			s.done.put(b)
-			s.hist.appendCommitted(b.ThreadID, b.Messages, b.Runs)
+			if s.current(gen) {
+				s.snaps.put(b, snap.Open, eff.RunRecords)
+				s.done.put(b)
+				s.hist.appendCommitted(b.ThreadID, b.Messages, b.Runs)
+			}
 			return eff, nil
 		case errors.Is(err, driver.ErrVersionConflict):
 			if err := ctx.Err(); err != nil {
@@ -511,6 +525,7 @@ func Batch(expected int64, eff runstate.Effects, commitID string) driver.Batch {
 // this store layer's last commit or read on it tells: false only when that
 // showed none. (Admissions made since elsewhere announce themselves.)
 func (s *Store) MayHaveQueued(threadID string) bool {
+	s.revalidate()
 	t, ok := s.snaps.peek(threadID)
 	return !ok || len(t.OpenRunIDs) > 0
 }
@@ -549,6 +564,7 @@ type Result struct {
 
 // Result reports what answered run id, following absorbedIntoRunId.
 func (s *Store) Result(ctx context.Context, id string) (Result, error) {
+	s.revalidate()
 	if res, ok := s.cachedResult(id); ok {
 		return res, nil
 	}
@@ -583,6 +599,7 @@ func (s *Store) Result(ctx context.Context, id string) (Result, error) {
 
 // KnownSettled reports whether this store layer committed run id terminal.
 func (s *Store) KnownSettled(id string) bool {
+	s.revalidate()
 	_, ok := s.done.get(id)
 	return ok
 }
@@ -782,6 +799,7 @@ func (s *Store) tail(ctx context.Context, threadID string, end int64, want []str
 		}
 		end = max(ts.Thread.NextMessageSeq-1, 0)
 	}
+	gen := s.revalidate()
 	from := max(end-int64(s.opt.HistoryWindow)+1, 1)
 	msgs := s.hist.get(threadID)
 	last := int64(0)
@@ -833,7 +851,9 @@ func (s *Store) tail(ctx context.Context, threadID string, end int64, want []str
 			msgs = append(page[:len(page):len(page)], msgs...)
 		}
 	}
-	s.hist.put(threadID, msgs)
+	if s.current(gen) {
+		s.hist.put(threadID, msgs)
+	}
 	return msgs, from, nil
 }
 
