@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/internal/builtins"
 )
@@ -85,6 +86,10 @@ type Config struct {
 	// any other wait on the driver past shutdown_timeout): a driver that
 	// has not stopped by then is killed.
 	DriverStopTimeout time.Duration `yaml:"driver_stop_timeout" env:"AGENTHOST_DRIVER_STOP_TIMEOUT"`
+	// DriverCallTimeout bounds every call to the store driver: a driver
+	// that does not answer one within it is reported stalled, killed and
+	// relaunched (a driver that is not durable is not: the host stops).
+	DriverCallTimeout time.Duration `yaml:"driver_call_timeout" env:"AGENTHOST_DRIVER_CALL_TIMEOUT"`
 	// AutoCertify lets the host certify a driver binary it has no
 	// certificate for (run the suite) and launch it. False: such a binary
 	// is refused until "agenthost driver certify" certified it.
@@ -114,7 +119,7 @@ func defaults() Config {
 	return Config{
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		HistoryWindow: store.DefaultHistoryWindow, MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
-		DriverStopTimeout: 15 * time.Second, AutoCertify: true,
+		DriverStopTimeout: 15 * time.Second, DriverCallTimeout: driverhost.DefaultCallTimeout, AutoCertify: true,
 		LogFormat: "text", ToolTimeout: 60 * time.Second,
 		OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second, MaxRetries: 2, MaxRetryDelay: 8 * time.Second},
 	}
@@ -247,8 +252,8 @@ func (c Config) validate() error {
 	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 || c.HistoryWindow <= 0 {
 		errs = append(errs, errors.New("history_window, max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
 	}
-	if c.ShutdownTimeout <= 0 || c.DriverStopTimeout <= 0 {
-		errs = append(errs, errors.New("shutdown_timeout and driver_stop_timeout must be positive"))
+	if c.ShutdownTimeout <= 0 || c.DriverStopTimeout <= 0 || c.DriverCallTimeout <= 0 {
+		errs = append(errs, errors.New("shutdown_timeout, driver_stop_timeout and driver_call_timeout must be positive"))
 	}
 	if c.LeaseTTL < 0 || c.PollInterval < 0 {
 		errs = append(errs, errors.New("lease_ttl and poll_interval must not be negative"))

@@ -112,6 +112,11 @@ const (
 	// but a step of the shutdown failed (releasing the lease, closing the
 	// store driver).
 	exitShutdownFailed = 5
+	// exitStoreLost: the store driver, not durable, ended while serving
+	// (crashed, killed, or stalled and killed): every run and message it
+	// held is gone, so the host stopped rather than serve from an empty
+	// store it did not fill (docs/adr/0131).
+	exitStoreLost = 6
 )
 
 // Errors of serve's shutdown, mapped to exit statuses by serveStatus.
@@ -120,6 +125,7 @@ var (
 	errUnsettled   = errors.New("runs left unsettled at shutdown; the next start recovers them")
 	errStuck       = errors.New("the runtime did not stop within its bound")
 	errShutdown    = errors.New("the shutdown failed")
+	errStoreLost   = errors.New("the store driver is not durable and ended: its data is gone")
 )
 
 // serveStatus is the exit status of a serve that returned err.
@@ -127,6 +133,8 @@ func serveStatus(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, errStoreLost):
+		return exitStoreLost
 	case errors.Is(err, driverhost.ErrKilled), errors.Is(err, errStuck):
 		return exitKilled
 	case errors.Is(err, errUnsettled):
@@ -266,25 +274,36 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		return err
 	}
 	restarts := func() int64 { return 0 }
+	var lost <-chan struct{}
 	if pd != nil {
 		restarts = func() int64 { return int64(max(pd.Starts()-1, 0)) }
+		lost = pd.Lost()
 	}
 	srv := &http.Server{
-		Handler:           console.Mount(httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: guestMetrics(pol, hookMods), CommitLatency: &latency})),
+		Handler:           console.Mount(httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: serveMetrics(pd, pol, hookMods), CommitLatency: &latency})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "lease", rt.LeaseEpoch(), "recovered_runs", rt.Stats().Recovered)
 	var serveErr error
+	closeCfg := cfg
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: no new inputs; runs in flight may finish", "timeout", cfg.ShutdownTimeout)
 	case err := <-errc:
 		log.Error("HTTP server failed", "err", err)
 		serveErr = fmt.Errorf("%w: %v", errServeFailed, err)
+	case <-lost:
+		// Nothing the runtime holds is in the store any more: stop at
+		// once, runs in flight abandoned (they cannot commit), and let a
+		// supervisor start a fresh host on a fresh store.
+		log.Error("the store driver is not durable and ended: its data is gone; stopping without draining",
+			"exit_status", exitStoreLost)
+		serveErr = errStoreLost
+		closeCfg.ShutdownTimeout = time.Nanosecond
 	}
-	cerr := closeRuntime(rt, pd, cfg, log)
+	cerr := closeRuntime(rt, pd, closeCfg, log)
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hcancel()
 	srv.Shutdown(hctx)
@@ -391,7 +410,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (driver.Driver
 	if err != nil {
 		return nil, err
 	}
-	d, cert, err := gate.Launch(ctx, src, driverhost.Config{DriverConfig: dcfg, Logger: log})
+	d, cert, err := gate.Launch(ctx, src, driverhost.Config{DriverConfig: dcfg, Logger: log, CallTimeout: cfg.DriverCallTimeout})
 	if err != nil {
 		var refused *trust.RefusedError
 		if errors.As(err, &refused) {
