@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -303,7 +304,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	}
 	defer rt.coord.release(threadID, res) // unless handed off with its run
 
-	adm, err := rt.st.Admit(ctx, sub, rt.decide)
+	adm, err := rt.st.Admit(ctx, sub, rt.decider())
 	if err != nil {
 		if errors.Is(err, runstate.ErrBusy) {
 			rt.stats.admissions.add(string(runstate.ActionReject))
@@ -349,6 +350,64 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	}
 	rt.coord.kick(threadID)
 	return t, nil
+}
+
+// maxPolicyCalls bounds the input policy's calls for one submission. The
+// admission's optimistic loop decides again at every attempt (a commit that
+// conflicts with another to the thread is retried from a fresh read): on a
+// busy thread each retry was a policy call, up to the store's retry bound,
+// each up to a wasm guest's deadline.
+const maxPolicyCalls = 3
+
+// decider returns the input policy's decider for one submission. It asks
+// the policy again only when what the policy reads of the thread changed
+// since it last asked (the active run, its inputs and steps, the queued
+// runs and their inputs), and at most maxPolicyCalls times: past that, the
+// policy's last decision about this input stands (abi/guestabi/SPEC.md).
+func (rt *Runtime) decider() store.Decider {
+	var (
+		calls int
+		last  runstate.Decision
+		seen  string // what the last call read of the thread
+	)
+	return func(ctx context.Context, v store.ThreadView) (runstate.Decision, error) {
+		key := rt.viewKey(v)
+		if calls > 0 && (key == seen || calls >= maxPolicyCalls) {
+			return last, nil
+		}
+		d, err := rt.decide(ctx, v)
+		if err != nil {
+			return d, err
+		}
+		calls++
+		last, seen = d, key
+		return d, nil
+	}
+}
+
+// viewKey names what decide reads of a thread view beyond the submission
+// itself: the runs and their input messages (which never change once
+// written), and the active run's steps.
+func (rt *Runtime) viewKey(v store.ThreadView) string {
+	var b strings.Builder
+	run := func(r record.Run) {
+		b.WriteString(r.ID)
+		for _, id := range r.InputMessageIDs {
+			b.WriteByte(',')
+			b.WriteString(id)
+		}
+		b.WriteByte(';')
+	}
+	if v.Active != nil {
+		run(*v.Active)
+		n, _ := rt.coord.steps(v.Thread.ID, v.Active.ID) // 0 when not known, as decide sends
+		fmt.Fprintf(&b, "steps=%d;", n)
+	}
+	b.WriteByte('|')
+	for _, q := range v.Queued {
+		run(q)
+	}
+	return b.String()
 }
 
 // decide asks the input policy about a busy thread. A policy that fails, or
