@@ -23,15 +23,17 @@ const brokenEnv = "AGENTHOST_TEST_BROKEN_DRIVER"
 // (or the suite checks something the driver does right).
 var brokenDrivers = map[string][]string{
 	"first-run-only":     {"atomicity.absorbing-pair", "atomicity.batch-whole", "index.list-by-state", "invariant.I4", "scale.list", "semantics.S1"},
-	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version"},
+	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version", "concurrency.stale-young-version"},
 	"stale-state-index":  {"index.list-by-state"},
 	"loses-acked-writes": {"durability.acked-survives-kill", "durability.reopen", "invariant.I4"},
 	"history-reversed":   {"reads.history-order"},
-	"idempotency-global": {"atomicity.refused-batch-writes-nothing", "reads.idempotency-by-thread", "semantics.S5"},
-	"paging-skips":       {"index.list-by-state", "index.paging"},
+	"idempotency-global": {"atomicity.refused-batch-writes-nothing", "concurrency.conflict-writes-nothing", "reads.idempotency-by-thread", "semantics.S5"},
+	"paging-skips":       {"index.list-by-state", "index.paging", "scale.list"},
 	"ignores-fence":      {"leases.dead-fence", "leases.fence-foreign-owner"},
 	"partial-batch":      {"atomicity.batch-whole", "atomicity.refused-batch-writes-nothing", "reads.history-paging"},
 	"acks-before-write":  {"durability.acked-survives-kill"},
+	"young-unchecked":    {"concurrency.stale-young-version"},
+	"conflict-lands":     {"concurrency.conflict-writes-nothing", "concurrency.stale-version-writes-nothing"},
 }
 
 // brokenFactory returns the factory of broken driver name, nil if none.
@@ -96,6 +98,29 @@ func (b *broken) Commit(ctx context.Context, bt driver.Batch) (int64, error) {
 			b.owner[bt.ThreadID] = owner
 		}
 		return v, err
+	case "young-unchecked":
+		// Checks the version of a thread written before; one never
+		// written takes any batch, the last writer winning.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		snap, err := b.Driver.LoadThread(ctx, bt.ThreadID)
+		if err == nil && snap.Thread.Version == 0 && bt.Thread.Version == bt.ExpectedVersion+1 {
+			bt.ExpectedVersion = snap.Thread.Version
+			bt.Thread.Version = snap.Thread.Version + 1
+		}
+		return b.Driver.Commit(ctx, bt)
+	case "conflict-lands":
+		// Refuses a stale batch as a conflict, but writes it.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		snap, err := b.Driver.LoadThread(ctx, bt.ThreadID)
+		if err == nil && bt.ExpectedVersion != snap.Thread.Version && bt.Thread.Version == bt.ExpectedVersion+1 {
+			bt.ExpectedVersion = snap.Thread.Version
+			bt.Thread.Version = snap.Thread.Version + 1
+			_, _ = b.Driver.Commit(ctx, bt)
+			return 0, driver.ErrVersionConflict
+		}
+		return b.Driver.Commit(ctx, bt)
 	case "ignores-version":
 		snap, err := b.Driver.LoadThread(ctx, bt.ThreadID)
 		if err == nil && bt.ExpectedVersion != snap.Thread.Version && bt.Thread.Version == bt.ExpectedVersion+1 {

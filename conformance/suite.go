@@ -14,7 +14,7 @@ import (
 // Version is the version of the suite. It appears in every report and keys
 // the host's certificates: a driver certified by another version of the
 // suite is certified again.
-const Version = "1.2.0"
+const Version = "1.3.0"
 
 // Tier is a capability tier a driver claims.
 type Tier string
