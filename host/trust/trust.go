@@ -590,6 +590,17 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 	if err != nil {
 		return Certificate{}, nil, err
 	}
+	if src.Builtin == "" && g.builtinName(rep.Driver.Name) {
+		// A binary given by its path that names itself as a driver built
+		// into the host would pass for it in the logs, the certificates
+		// and the reports.
+		g.dropCopy(r)
+		rules := append(rep.FailedRules(), RuleBuiltinName)
+		slices.Sort(rules)
+		g.opts.Logger.Error("store driver refused: a driver binary given by its path calls itself by the name of a built-in driver",
+			"driver", src.String(), "name", rep.Driver.Name)
+		return Certificate{}, rep, &RefusedError{Source: src.String(), Rules: slices.Compact(rules), Report: rep}
+	}
 	if !rep.Pass {
 		g.dropCopy(r)
 		return Certificate{}, rep, &RefusedError{Source: src.String(), Rules: rep.FailedRules(), Report: rep}
@@ -609,6 +620,17 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 		g.opts.Logger.Warn("the certified store driver lacks part of the store protocol", "driver", src.String(), "lacks", cert.Lacks)
 	}
 	return cert, rep, nil
+}
+
+// RuleBuiltinName is the rule of a refusal of a driver binary, given by
+// its path, whose Info names it as one of the drivers built into the host.
+const RuleBuiltinName = "handshake.builtin-name"
+
+// builtinName reports whether name is a driver built into the host, as
+// far as Options.Builtins can list them (a Names method).
+func (g *Gate) builtinName(name string) bool {
+	b, ok := g.opts.Builtins.(interface{ Names() []string })
+	return ok && slices.Contains(b.Names(), name)
 }
 
 // dropCopy removes the copy of a binary no certificate needs.

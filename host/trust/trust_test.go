@@ -20,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/testbin"
+	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -43,6 +44,22 @@ func TestMain(m *testing.M) {
 	if os.Getenv(echoEnv) != "" {
 		storedriver.Serve(storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
 			return echo{memdriver.New()}, nil
+		}))
+		os.Exit(0)
+	}
+	if os.Getenv(myBadgerEnv) != "" {
+		storedriver.Serve(storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+			d, err := badgerdriver.Factory{}.Open(ctx, config)
+			if err != nil {
+				return nil, err
+			}
+			return renamed{Driver: d, StepStore: d.(driver.StepStore), ThreadLister: d.(driver.ThreadLister)}, nil
+		}))
+		os.Exit(0)
+	}
+	if os.Getenv(impostorEnv) != "" {
+		storedriver.Serve(storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
+			return memdriver.New(), nil // it calls itself memstore
 		}))
 		os.Exit(0)
 	}
@@ -72,7 +89,7 @@ type echo struct{ *memdriver.Driver }
 
 func (e echo) Info(ctx context.Context) (driver.Info, error) {
 	info, err := e.Driver.Info(ctx)
-	info.Version = "secret=" + os.Getenv(secretEnv)
+	info.Name, info.Version = "echo", "secret="+os.Getenv(secretEnv)
 	return info, err
 }
 
@@ -208,17 +225,19 @@ func TestBuiltin(t *testing.T) {
 // user's, launched from a read-only copy; a modified binary is refused or
 // must pass again.
 func TestBinary(t *testing.T) {
-	if len(bins) == 0 {
-		t.Skip(noBins)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx := context.Background()
 	g, runs := gate(t, trust.Options{})
 	// The driver the user points at, in a directory the user owns.
 	bin := filepath.Join(t.TempDir(), "my-driver")
-	copyFile(t, bins["badgerstore"], bin)
+	copyFile(t, exe, bin)
+	env := []string{myBadgerEnv + "=1"}
 	userData := t.TempDir()
 	cfg := driverhost.Config{DriverConfig: map[string]string{"dir": userData}, Logger: quiet}
-	d, cert, err := g.Launch(ctx, trust.Source{Path: bin}, cfg)
+	d, cert, err := g.Launch(ctx, trust.Source{Path: bin, Env: env}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +263,7 @@ func TestBinary(t *testing.T) {
 
 	// The gate's copy modified: refused.
 	tamper(t, cert.Binary)
-	if _, _, err := g.Launch(ctx, trust.Source{Path: bin}, cfg); !errors.Is(err, trust.ErrTampered) {
+	if _, _, err := g.Launch(ctx, trust.Source{Path: bin, Env: env}, cfg); !errors.Is(err, trust.ErrTampered) {
 		t.Fatalf("launch of a modified copy: %v, want ErrTampered", err)
 	}
 	if _, err := g.Revoke(cert.Key); err != nil {
@@ -253,7 +272,7 @@ func TestBinary(t *testing.T) {
 
 	// The user's binary replaced: a new checksum, which must pass again.
 	tamper(t, bin)
-	d, cert2, err := g.Launch(ctx, trust.Source{Path: bin}, cfg)
+	d, cert2, err := g.Launch(ctx, trust.Source{Path: bin, Env: env}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,6 +310,51 @@ func TestRefused(t *testing.T) {
 				t.Fatalf("a refused driver's copy was kept: %v", ents)
 			}
 		})
+	}
+}
+
+// myBadgerEnv makes this test binary, re-executed, serve badgerstore under
+// a name of its own: a third-party durable driver.
+const myBadgerEnv = "AGENTHOST_TEST_MY_BADGER_DRIVER"
+
+type renamed struct {
+	driver.Driver
+	driver.StepStore
+	driver.ThreadLister
+}
+
+func (r renamed) Info(ctx context.Context) (driver.Info, error) {
+	info, err := r.Driver.Info(ctx)
+	info.Name = "my-badger"
+	return info, err
+}
+
+// impostorEnv makes this test binary, re-executed, serve a driver that
+// works and calls itself by a built-in driver's name (memstore).
+const impostorEnv = "AGENTHOST_TEST_IMPOSTOR_DRIVER"
+
+// TestBuiltinNameRefused: a driver binary given by its path that calls
+// itself by the name of a driver built into the host is refused, though it
+// passes the suite, and leaves no certificate nor copy.
+func TestBuiltinNameRefused(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := gate(t, trust.Options{})
+	_, _, err = g.Launch(context.Background(), trust.Source{Path: exe, Env: []string{impostorEnv + "=1"}}, driverhost.Config{Logger: quiet})
+	var refused *trust.RefusedError
+	if !errors.As(err, &refused) || !slices.Equal(refused.Rules, []string{trust.RuleBuiltinName}) {
+		t.Fatalf("launch of a driver named memstore by its path: %v, want it refused for %s alone", err, trust.RuleBuiltinName)
+	}
+	if !refused.Report.Pass {
+		t.Fatalf("the impostor failed the suite (%v): the test shows nothing", refused.Report.FailedRules())
+	}
+	if certs, _ := g.List(); len(certs) != 0 {
+		t.Fatalf("a refused driver was certified: %v", certs)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(g.Dir(), "sha256")); len(ents) != 0 {
+		t.Fatalf("a refused driver's copy was kept: %v", ents)
 	}
 }
 
