@@ -2,6 +2,8 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"sync"
 
@@ -33,6 +35,7 @@ var brokenDrivers = map[string][]string{
 	"partial-batch":      {"atomicity.batch-whole", "atomicity.refused-batch-writes-nothing", "reads.history-paging"},
 	"acks-before-write":  {"durability.acked-survives-kill"},
 	"young-unchecked":    {"concurrency.stale-young-version"},
+	"crashes":            {"driver.crash"},
 	"conflict-lands":     {"concurrency.conflict-writes-nothing", "concurrency.stale-version-writes-nothing"},
 }
 
@@ -98,6 +101,14 @@ func (b *broken) Commit(ctx context.Context, bt driver.Batch) (int64, error) {
 			b.owner[bt.ThreadID] = owner
 		}
 		return v, err
+	case "crashes":
+		// Dies in the first commit to the thread of one case.
+		if bt.ThreadID == "refused" {
+			// As the Go runtime reports a fatal error: on file
+			// descriptor 2 itself.
+			fmt.Fprintln(os.NewFile(2, "stderr"), "fatal error: simulated crash in commit")
+			os.Exit(3)
+		}
 	case "young-unchecked":
 		// Checks the version of a thread written before; one never
 		// written takes any batch, the last writer winning.

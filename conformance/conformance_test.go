@@ -39,7 +39,7 @@ func TestBroken(t *testing.T) {
 			// must be killed: this test binary re-executed.
 			f := conformance.InProcess("broken:"+name, brokenFactory(name), conformance.NoConfig)
 			switch name {
-			case "loses-acked-writes":
+			case "loses-acked-writes", "crashes":
 				f = conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.NoConfig)
 			case "acks-before-write":
 				f = conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.DirConfig)

@@ -328,6 +328,14 @@ type suite struct {
 
 // sharedInstance returns the suite's shared instance.
 func (c *C) sharedInstance() Instance {
+	if cr, ok := c.s.shared.(crashReporter); ok && cr.crashes() > 0 {
+		// It crashed in an earlier case (reported there): the cases after
+		// it get an instance that works.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = c.s.shared.Close(ctx)
+		cancel()
+		c.s.shared = nil
+	}
 	if c.s.shared == nil {
 		in, err := c.s.target.Start(c.ctx, c.newDir(), nil)
 		if err != nil {
@@ -335,6 +343,7 @@ func (c *C) sharedInstance() Instance {
 		}
 		c.s.shared = in
 	}
+	c.watchCrashes(c.s.shared)
 	return c.s.shared
 }
 
@@ -364,6 +373,7 @@ func (s *suite) run(ctx context.Context, tc testCase) (res Result) {
 		}()
 		tc.fn(c)
 	}()
+	c.reportCrash()
 	c.cleanup()
 	switch {
 	case c.failed:
@@ -397,6 +407,7 @@ type C struct {
 	msgs    []string
 	notes   []string
 	closers []func()
+	watched []watched // instances used, for crashes (see reportCrash)
 }
 
 func (c *C) errorf(rule, format string, args ...any) {
@@ -451,6 +462,9 @@ func (c *C) startOn(dir string, env ...string) Instance {
 	in, err := c.s.target.Start(c.ctx, dir, env)
 	if err != nil {
 		c.Fatalf("handshake.start", "starting the driver: %v", err)
+	}
+	if len(env) == 0 { // an instance armed with a fault point is to end on its own
+		c.watchCrashes(in)
 	}
 	c.closers = append(c.closers, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

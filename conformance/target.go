@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"google.golang.org/grpc"
@@ -170,22 +171,37 @@ func (p *process) Start(ctx context.Context, dir string, env []string) (Instance
 	if cfg.Logger == nil {
 		cfg.Logger = discard
 	}
+	tail := &logTail{}
+	cfg.Logger = slog.New(tailHandler{t: tail, next: cfg.Logger.Handler()})
 	d, err := driverhost.Launch(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w\nthe end of its log:\n%s", err, tail)
 	}
-	return &procInstance{Driver: d}, nil
+	return &procInstance{Driver: d, tail: tail}, nil
 }
 
-type procInstance struct{ *driverhost.Driver }
+type procInstance struct {
+	*driverhost.Driver
+	tail  *logTail
+	kills atomic.Int64 // processes the suite killed
+}
 
 func (p *procInstance) Kill() error {
 	pid := p.Driver.Pid()
 	if pid == 0 {
 		return errors.New("no driver process")
 	}
-	return syscall.Kill(pid, syscall.SIGKILL)
+	p.kills.Add(1)
+	err := syscall.Kill(pid, syscall.SIGKILL)
+	if err != nil {
+		p.kills.Add(-1)
+	}
+	return err
 }
+
+func (p *procInstance) crashes() int { return max(p.Driver.Ended()-int(p.kills.Load()), 0) }
+
+func (p *procInstance) logTail() string { return p.tail.String() }
 
 func (p *procInstance) Pid() int { return p.Driver.Pid() }
 

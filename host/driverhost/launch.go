@@ -347,6 +347,23 @@ func (d *Driver) Durable() bool { return d.durable }
 // good (ErrLost). A host is to stop: nothing it holds is in the store.
 func (d *Driver) Lost() <-chan struct{} { return d.lost }
 
+// Ended reports how many driver processes ended: those replaced by a
+// relaunch, and the current one if it has exited (or the driver was lost)
+// and was not replaced yet. Compared with the kills a caller ordered, it
+// tells a crash.
+func (d *Driver) Ended() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n := d.starts - 1
+	switch {
+	case d.cur != nil && (d.cur.pc.Exited() || d.cur.stalled.Load()):
+		n++
+	case d.cur == nil && !d.closed:
+		n++ // lost, killed, or a relaunch that failed
+	}
+	return n
+}
+
 // Stalls reports how many times a process stopped answering within
 // CallTimeout and was killed.
 func (d *Driver) Stalls() int64 { return d.stalls.Load() }
