@@ -313,7 +313,12 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		rt.reg.forget(thread, run.ID) // it answers its own inputs now
 	}
 	rt.emit(run.ID, thread, EventStarted, map[string]string{"attempt": itoa(run.Attempt)})
-	rt.coord.begin(ex, rt.baseCtx, run)
+	base := rt.baseCtx
+	if o := rt.cfg.Observer; o != nil {
+		base = o.RunStarted(base, run)
+		defer o.RunEnded(base, run)
+	}
+	rt.coord.begin(ex, base, run)
 	rt.execute(ex)
 	rt.coord.dropStarted(thread, run.ID) // adopted before its admission handed it over
 	// Go on with the thread's next run, unless its last commit showed no

@@ -68,6 +68,8 @@ type Config struct {
 	// ObserveCommit, when set, is called after every store commit with its
 	// latency and error (for metrics such as httpapi.CommitLatency).
 	ObserveCommit func(d time.Duration, err error)
+	// Observer, when set, is told of admissions, runs and events (traces).
+	Observer Observer
 	// NewID and Now replace id generation and the clock (for tests).
 	NewID func(prefix string) string
 	Now   func() time.Time
@@ -330,6 +332,9 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	}
 	rt.stats.admissions.add(decision)
 	rt.emit(adm.RunID, threadID, EventAdmitted, map[string]string{"decision": decision, "input_message_id": adm.InputMessageID})
+	if rt.cfg.Observer != nil {
+		rt.cfg.Observer.Admitted(ctx, threadID, adm.RunID, decision)
+	}
 	if adm.Offer && rt.reg != nil {
 		rt.reg.offer(threadID, adm.RunID, adm.ActiveRunID, record.Message{
 			ID: adm.InputMessageID, ThreadID: threadID, RunID: adm.RunID, Role: record.RoleUser,
@@ -490,7 +495,14 @@ func (rt *Runtime) Events(runID string, afterSeq int64) ([]Event, <-chan struct{
 }
 
 func (rt *Runtime) emit(runID, threadID string, typ EventType, data map[string]string) {
-	rt.events.emit(rt.cfg.Now(), runID, threadID, typ, data)
+	now := rt.cfg.Now()
+	rt.events.emit(now, runID, threadID, typ, data)
+	if typ == EventTerminal && data["reason"] == string(record.ReasonFailed) {
+		rt.log.Error("run failed", "run", runID, "thread", threadID, "err", data["error"])
+	}
+	if rt.cfg.Observer != nil {
+		rt.cfg.Observer.Event(Event{RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
+	}
 }
 
 // CloseReport says what Close left behind.

@@ -96,6 +96,12 @@ type Config struct {
 	AutoCertify bool `yaml:"auto_certify" env:"AGENTHOST_AUTO_CERTIFY"`
 	// LogFormat is "text" or "json".
 	LogFormat string `yaml:"log_format" env:"AGENTHOST_LOG_FORMAT"`
+	// LogLevel is the least level logged: debug, info, warn or error.
+	LogLevel string `yaml:"log_level" env:"AGENTHOST_LOG_LEVEL"`
+	// AccessLog logs a line per HTTP request.
+	AccessLog bool `yaml:"access_log" env:"AGENTHOST_ACCESS_LOG"`
+	// Telemetry turns on OpenTelemetry traces.
+	Telemetry TelemetryConfig `yaml:"telemetry"`
 }
 
 // OpenAIConfig configures an OpenAI-compatible chat completions endpoint.
@@ -120,7 +126,7 @@ func defaults() Config {
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		HistoryWindow: store.DefaultHistoryWindow, MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
 		DriverStopTimeout: 15 * time.Second, DriverCallTimeout: driverhost.DefaultCallTimeout, AutoCertify: true,
-		LogFormat: "text", ToolTimeout: 60 * time.Second,
+		LogFormat: "text", LogLevel: "info", ToolTimeout: 60 * time.Second,
 		OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second, MaxRetries: 2, MaxRetryDelay: 8 * time.Second},
 	}
 }
@@ -186,6 +192,12 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.OpenAI.Timeout = flagCfg.OpenAI.Timeout
 		case "model":
 			cfg.Model = flagCfg.Model
+		case "log-level":
+			cfg.LogLevel = flagCfg.LogLevel
+		case "log-format":
+			cfg.LogFormat = flagCfg.LogFormat
+		case "access-log":
+			cfg.AccessLog = flagCfg.AccessLog
 		}
 	})
 	return cfg, cfg.validate()
@@ -271,6 +283,12 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Telemetry.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Model == "openai" && c.OpenAI.Model == "" {
 		errs = append(errs, errors.New("model openai needs openai.model"))

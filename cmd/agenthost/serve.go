@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/guests/policy/standard"
 	"github.com/agenthost/agenthost/host"
@@ -24,6 +25,7 @@ import (
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/httpapi"
 	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/observe"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/trust"
@@ -58,6 +60,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&fc.OpenAI.Model, "openai-model", "", "model openai: the model name")
 	fs.DurationVar(&fc.OpenAI.Timeout, "openai-timeout", 0, "model openai: time limit of each request (default 120s)")
 	fs.StringVar(&fc.Model, "model", "", "model: scripted, scripted:FILE or openai (default scripted)")
+	fs.StringVar(&fc.LogLevel, "log-level", "", "least level logged: debug, info, warn or error (default info)")
+	fs.StringVar(&fc.LogFormat, "log-format", "", "log format: text or json (default text)")
+	fs.BoolVar(&fc.AccessLog, "access-log", false, "log a line per HTTP request")
 	if _, code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -178,11 +183,32 @@ func (k *killSwitch) fire() {
 	}
 }
 
+// newLogger logs at cfg.LogLevel and above, in cfg.LogFormat, durations
+// written as Go duration strings ("1.5s", not nanoseconds).
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel) // validated with the configuration
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationString writes a duration attribute as its Go string.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// parseLevel reads a log level: debug, info, warn or error.
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil || strings.ContainsAny(s, "+-") {
+		return 0, fmt.Errorf("log_level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
 }
 
 // anyConfigEnv reports whether an AGENTHOST_* configuration variable is set.
@@ -242,6 +268,11 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
 	var latency httpapi.CommitLatency
 	if len(cfg.MCPServers) > 0 {
 		var names []string
@@ -260,8 +291,14 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		}
 		log.Info("mcp tools offered to the model", "tools", strings.Join(names, ","))
 	}
+	callMetrics := observe.NewMetrics()
+	var observer host.Observer
+	if tel.tracer != nil {
+		observer = tel.tracer
+	}
 	rt, err := host.New(ctx, host.Config{
-		Driver: d, Policy: pol, PrepareStep: hooks, Model: mdl, Tools: tools, System: cfg.System, ToolTimeout: cfg.ToolTimeout,
+		Driver: d, Policy: pol, PrepareStep: hooks, Observer: observer,
+		Model: observe.Model(mdl, modelName(cfg), callMetrics, tel.tracer), Tools: observe.Tools(tools, callMetrics, tel.tracer), System: cfg.System, ToolTimeout: cfg.ToolTimeout,
 		HistoryWindow: cfg.HistoryWindow, MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName, ObserveCommit: latency.Observe,
 	})
@@ -280,7 +317,10 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		lost = pd.Lost()
 	}
 	srv := &http.Server{
-		Handler:           console.Mount(httpapi.New(rt, httpapi.Options{MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, Metrics: serveMetrics(pd, pol, hookMods), CommitLatency: &latency})),
+		Handler: console.Mount(httpapi.New(rt, httpapi.Options{
+			MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, CommitLatency: &latency,
+			Collectors: append(driverMetrics(pd), guestMetrics(pol, hookMods), callMetrics), TracerProvider: tel.provider(), AccessLog: cfg.AccessLog,
+		})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
@@ -480,6 +520,14 @@ func (lookupTool) Spec() model.ToolSpec {
 	return model.ToolSpec{Name: "lookup", Description: "looks up notes about the thread"}
 }
 func (lookupTool) Call(context.Context, string) (string, error) { return "no notes", nil }
+
+// modelName is the model's name in metrics and traces.
+func modelName(cfg Config) string {
+	if cfg.Model == "openai" {
+		return cfg.OpenAI.Model
+	}
+	return "scripted"
+}
 
 func newModel(cfg Config) (model.Model, []model.Tool, error) {
 	switch {

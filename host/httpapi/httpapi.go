@@ -19,6 +19,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 )
@@ -36,12 +43,19 @@ type Options struct {
 	// DriverRestarts, when set, reports how often the store driver was
 	// restarted (for /metrics).
 	DriverRestarts func() int64
-	// Metrics, when set, writes further metrics (Prometheus text format) at
-	// the end of /metrics: the wasm guests' counters, for one.
-	Metrics func(io.Writer)
+	// Collectors are further metrics /metrics serves: the wasm guests'
+	// counters, the model and tool calls (package observe), for two.
+	Collectors []prometheus.Collector
 	// CommitLatency, when set, is reported by /metrics; the runtime observes
 	// into it (host.Config.ObserveCommit).
 	CommitLatency *CommitLatency
+	// TracerProvider, when set, makes a server span of every request, a
+	// child of the request's traceparent. A traceparent is honoured
+	// without it too: the run answering a submission links to it.
+	TracerProvider trace.TracerProvider
+	// AccessLog logs a line per request (method, route, path, status,
+	// bytes, duration, remote address) at level info.
+	AccessLog bool
 	// ReadyTimeout bounds the store check of /readyz. Default 2s.
 	ReadyTimeout time.Duration
 	// KeepAlive is the longest an event stream stays silent: a comment
@@ -56,6 +70,12 @@ type Handler struct {
 	opt Options
 	mux *http.ServeMux
 	log *slog.Logger
+	// allow maps a route's path pattern to the methods it serves, for 405.
+	allow          map[string][]string
+	paths          *http.ServeMux
+	http           httpMetrics
+	metricsHandler http.Handler
+	tracer         trace.Tracer // nil: no server spans
 }
 
 // routes is every route the handler serves: a "METHOD PATH" pattern of
@@ -102,18 +122,127 @@ func New(rt *host.Runtime, opt Options) *Handler {
 	if opt.ReadyTimeout <= 0 {
 		opt.ReadyTimeout = defaultReadyTimeout
 	}
-	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger}
+	h := &Handler{rt: rt, opt: opt, mux: http.NewServeMux(), log: opt.Logger, allow: map[string][]string{}, paths: http.NewServeMux(), http: newHTTPMetrics()}
 	for _, rt := range routes {
 		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.serve(h, w, r) })
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		if _, ok := h.allow[path]; !ok {
+			h.paths.HandleFunc(path, func(http.ResponseWriter, *http.Request) {})
+		}
+		h.allow[path] = append(h.allow[path], method)
 	}
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem(w, http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path)
-	})
+	if opt.TracerProvider != nil {
+		h.tracer = opt.TracerProvider.Tracer("github.com/agenthost/agenthost/host/httpapi")
+	}
+	h.mux.HandleFunc("/", h.notFound)
+	h.metricsHandler = promhttp.HandlerFor(h.newRegistry(), promhttp.HandlerOpts{ErrorLog: slogPrinter{h.log}})
 	return h
 }
 
+// accessLog logs the request if the access log is on.
+func (h *Handler) accessLog(r *http.Request, route string, status int, bytes int64, d time.Duration) {
+	if !h.opt.AccessLog {
+		return
+	}
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+		slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.Int64("bytes", bytes), slog.Duration("duration", d),
+		slog.String("remote", r.RemoteAddr))
+}
+
+// route is the pattern of the route r goes to, "unmatched" if none.
+func (h *Handler) route(r *http.Request) string {
+	if _, p := h.mux.Handler(r); p != "" && p != "/" {
+		return p
+	}
+	return "unmatched"
+}
+
+// notFound answers a request no route takes: 405 with Allow when the path
+// is a route's with another method, else 404.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	if _, path := h.paths.Handler(r); path != "" {
+		methods := h.allow[path]
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		problem(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not served on "+r.URL.Path+"; allowed: "+strings.Join(methods, ", "))
+		return
+	}
+	problem(w, http.StatusNotFound, "not_found", "no such route: "+r.Method+" "+r.URL.Path)
+}
+
+// slogPrinter logs the metrics handler's errors.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Error("metrics: " + fmt.Sprint(v...)) }
+
+// statusWriter records the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
+}
+
+// Flush passes on to the writer's Flush (event streams need it).
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	route := h.route(r)
+	sw := &statusWriter{ResponseWriter: w}
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	var span trace.Span
+	if h.tracer != nil {
+		ctx, span = h.tracer.Start(ctx, route, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route), attribute.String("url.path", r.URL.Path)))
+	}
+	r = r.WithContext(ctx)
+	defer func() {
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		d := time.Since(start)
+		h.http.observe(route, status, d)
+		if span != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", status))
+			if status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(status))
+			}
+			span.End()
+		}
+		h.accessLog(r, route, status, sw.bytes, d)
+	}()
+	h.serve(sw, r)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	if h.opt.Token != "" && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opt.Token)) != 1 {

@@ -48,6 +48,13 @@ type Request struct {
 type Response struct {
 	Content   string
 	ToolCalls []record.ToolCall
+	// Usage is the tokens the step used, when the model reports them.
+	Usage Usage
+}
+
+// Usage counts a model step's tokens; zero when the model did not say.
+type Usage struct {
+	InputTokens, OutputTokens int64
 }
 
 // Model runs one step. stream, when not nil, receives text as it is

@@ -285,10 +285,11 @@ func (m *OpenAI) Step(ctx context.Context, req Request, stream func(delta string
 	}
 	var msg openai.ChatCompletionMessage
 	var finish string
+	var usage Usage
 	if stream == nil {
-		msg, finish, err = m.complete(ctx, params)
+		msg, finish, usage, err = m.complete(ctx, params)
 	} else {
-		msg, finish, err = m.stream(ctx, params, stream)
+		msg, finish, usage, err = m.stream(ctx, params, stream)
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -300,26 +301,31 @@ func (m *OpenAI) Step(ctx context.Context, req Request, stream func(delta string
 		}
 		return Response{}, fmt.Errorf("openai model: %s: %w", m.model, err)
 	}
-	return response(req, msg, finish)
+	resp, err := response(req, msg, finish)
+	resp.Usage = usage
+	return resp, err
 }
 
 // complete makes one request to the plain endpoint.
-func (m *OpenAI) complete(ctx context.Context, params openai.ChatCompletionNewParams) (openai.ChatCompletionMessage, string, error) {
+func (m *OpenAI) complete(ctx context.Context, params openai.ChatCompletionNewParams) (openai.ChatCompletionMessage, string, Usage, error) {
 	res, err := m.chat.New(ctx, params)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, "", err
+		return openai.ChatCompletionMessage{}, "", Usage{}, err
 	}
 	if len(res.Choices) == 0 {
-		return openai.ChatCompletionMessage{}, "", errors.New("response without choices")
+		return openai.ChatCompletionMessage{}, "", Usage{}, errors.New("response without choices")
 	}
 	c := res.Choices[0]
-	return c.Message, c.FinishReason, nil
+	return c.Message, c.FinishReason, Usage{InputTokens: res.Usage.PromptTokens, OutputTokens: res.Usage.CompletionTokens}, nil
 }
 
 // stream makes one request to the streaming endpoint, passing content
 // deltas to fn. Text is accumulated by the client's accumulator, tool calls
 // by a streamedCalls.
-func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, fn func(string)) (openai.ChatCompletionMessage, string, error) {
+func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, fn func(string)) (openai.ChatCompletionMessage, string, Usage, error) {
+	// Ask for the usage chunk at the end (its tokens go to the metrics and
+	// traces); servers that do not know the option ignore it.
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	s := m.chat.NewStreaming(ctx, params)
 	defer s.Close()
 	var acc openai.ChatCompletionAccumulator
@@ -328,7 +334,7 @@ func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	for s.Next() {
 		chunk := s.Current()
 		if !acc.AddChunk(chunk) {
-			return openai.ChatCompletionMessage{}, "", errors.New("stream: chunk does not continue the answer")
+			return openai.ChatCompletionMessage{}, "", Usage{}, errors.New("stream: chunk does not continue the answer")
 		}
 		for _, c := range chunk.Choices {
 			if c.Index != 0 {
@@ -348,19 +354,19 @@ func (m *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	if err := s.Err(); err != nil {
 		var se *ssestream.StreamError
 		if errors.As(err, &se) {
-			return openai.ChatCompletionMessage{}, "", fmt.Errorf("stream: %s", truncate(se.Message))
+			return openai.ChatCompletionMessage{}, "", Usage{}, fmt.Errorf("stream: %s", truncate(se.Message))
 		}
-		return openai.ChatCompletionMessage{}, "", fmt.Errorf("stream: %w", err)
+		return openai.ChatCompletionMessage{}, "", Usage{}, fmt.Errorf("stream: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return openai.ChatCompletionMessage{}, "", err
+		return openai.ChatCompletionMessage{}, "", Usage{}, err
 	}
 	if finish == "" || len(acc.Choices) == 0 {
-		return openai.ChatCompletionMessage{}, "", errors.New("stream ended before the answer was finished")
+		return openai.ChatCompletionMessage{}, "", Usage{}, errors.New("stream ended before the answer was finished")
 	}
 	msg := acc.Choices[0].Message
 	msg.ToolCalls = calls.toolCalls()
-	return msg, finish, nil
+	return msg, finish, Usage{InputTokens: acc.Usage.PromptTokens, OutputTokens: acc.Usage.CompletionTokens}, nil
 }
 
 // streamedCalls accumulates tool call deltas by index. The client's

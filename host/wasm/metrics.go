@@ -3,6 +3,8 @@ package wasm
 import (
 	"fmt"
 	"io"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The hook a module is loaded for, the hook label of its metrics.
@@ -27,16 +29,29 @@ type Hooked struct {
 // loaded as two prepareStep hooks) are summed into one series: Prometheus
 // rejects a scrape with the same series twice.
 func WriteMetrics(w io.Writer, mods []Hooked) {
-	type key struct{ name, hook string }
-	var keys []key
-	members := map[key][]*Module{}
+	keys, stats := aggregate(mods)
+	for _, m := range guestMetrics {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", m.name, m.help, m.name)
+		for i, k := range keys {
+			fmt.Fprintf(w, "%s{module=%q,hook=%q} %d\n", m.name, k.name, k.hook, m.v(stats[i]))
+		}
+	}
+}
+
+type guestKey struct{ name, hook string }
+
+// aggregate sums the modules' stats by manifest name and hook, each module
+// once.
+func aggregate(mods []Hooked) ([]guestKey, []Stats) {
+	var keys []guestKey
+	members := map[guestKey][]*Module{}
 	seen := map[Hooked]bool{}
 	for _, h := range mods {
 		if h.Module == nil || seen[h] {
 			continue
 		}
 		seen[h] = true
-		k := key{h.Module.gm.Name, h.Hook}
+		k := guestKey{h.Module.gm.Name, h.Hook}
 		if _, ok := members[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -53,20 +68,46 @@ func WriteMetrics(w io.Writer, mods []Hooked) {
 			stats[i].Discarded += s.Discarded
 		}
 	}
-	type metric struct {
-		name, help string
-		v          func(Stats) uint64
+	return keys, stats
+}
+
+type guestMetric struct {
+	name, help string
+	v          func(Stats) uint64
+	desc       *prometheus.Desc
+}
+
+var guestMetrics = func() []guestMetric {
+	ms := []guestMetric{
+		{"agenthost_guest_calls_total", "Hook calls into a wasm guest, by module and hook.", func(s Stats) uint64 { return s.Calls }, nil},
+		{"agenthost_guest_failures_total", "Failed hook calls into a wasm guest (trap, deadline, error result, undeclared action), by module and hook.", func(s Stats) uint64 { return s.Failures }, nil},
+		{"agenthost_guest_fallbacks_total", "Failed inputPolicy and toolPolicy calls answered with the module's fallback decision, by module and hook.", func(s Stats) uint64 { return s.Fallbacks }, nil},
+		{"agenthost_guest_instances_total", "Guest instances started, including replacements, by module and hook.", func(s Stats) uint64 { return s.Instances }, nil},
+		{"agenthost_guest_instances_discarded_total", "Guest instances thrown away after a failed call, by module and hook.", func(s Stats) uint64 { return s.Discarded }, nil},
 	}
-	for _, m := range []metric{
-		{"agenthost_guest_calls_total", "Hook calls into a wasm guest, by module and hook.", func(s Stats) uint64 { return s.Calls }},
-		{"agenthost_guest_failures_total", "Failed hook calls into a wasm guest (trap, deadline, error result, undeclared action), by module and hook.", func(s Stats) uint64 { return s.Failures }},
-		{"agenthost_guest_fallbacks_total", "Failed inputPolicy and toolPolicy calls answered with the module's fallback decision, by module and hook.", func(s Stats) uint64 { return s.Fallbacks }},
-		{"agenthost_guest_instances_total", "Guest instances started, including replacements, by module and hook.", func(s Stats) uint64 { return s.Instances }},
-		{"agenthost_guest_instances_discarded_total", "Guest instances thrown away after a failed call, by module and hook.", func(s Stats) uint64 { return s.Discarded }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", m.name, m.help, m.name)
+	for i := range ms {
+		ms[i].desc = prometheus.NewDesc(ms[i].name, ms[i].help, []string{"module", "hook"}, nil)
+	}
+	return ms
+}()
+
+// Collector returns the counters of WriteMetrics as a
+// prometheus.Collector, read at each scrape.
+func Collector(mods []Hooked) prometheus.Collector { return collector(mods) }
+
+type collector []Hooked
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range guestMetrics {
+		ch <- m.desc
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	keys, stats := aggregate(c)
+	for _, m := range guestMetrics {
 		for i, k := range keys {
-			fmt.Fprintf(w, "%s{module=%q,hook=%q} %d\n", m.name, k.name, k.hook, m.v(stats[i]))
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.v(stats[i])), k.name, k.hook)
 		}
 	}
 }

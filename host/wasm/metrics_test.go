@@ -3,6 +3,9 @@ package wasm
 import (
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestWriteMetricsNoDuplicateSeries: one guest used as the policy and as
@@ -35,5 +38,19 @@ func TestWriteMetricsNoDuplicateSeries(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no series with %s:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestCollectorNoDuplicateSeries: the collector sums like WriteMetrics, so
+// a registry accepts it.
+func TestCollectorNoDuplicateSeries(t *testing.T) {
+	e := newEngine(t, EngineConfig{})
+	pol := load(t, e, cGuest(), Options{})
+	step1 := load(t, e, cGuest(), Options{})
+	step2 := load(t, e, cGuest(), Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collector([]Hooked{{HookPolicy, pol}, {HookPrepareStep, step1}, {HookPrepareStep, step2}, {HookPrepareStep, step1}}))
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 10 {
+		t.Errorf("%d series (%v), want 10 (5 counters, 2 hooks)", n, err)
 	}
 }
