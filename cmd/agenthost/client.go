@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -20,16 +23,55 @@ import (
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	server  string
-	token   string
-	jsonOut bool
+	server    string
+	token     string
+	tokenFile string
+	caFile    string
+	jsonOut   bool
+
+	once   sync.Once
+	client *http.Client
+	err    error
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	c.server = envOr("AGENTHOST_SERVER", "http://127.0.0.1:7070")
-	fs.StringVar(&c.server, "server", c.server, "server URL (env AGENTHOST_SERVER)")
-	fs.StringVar(&c.token, "token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (env AGENTHOST_TOKEN)")
+	fs.StringVar(&c.server, "server", c.server, "server URL, http:// or https:// (env AGENTHOST_SERVER)")
+	fs.StringVar(&c.token, "token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (env AGENTHOST_TOKEN; visible in ps: prefer --token-file)")
+	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("AGENTHOST_TOKEN_FILE"), "file holding the bearer token (env AGENTHOST_TOKEN_FILE)")
+	fs.StringVar(&c.caFile, "ca-file", os.Getenv("AGENTHOST_CA_FILE"), "PEM file of the certificate authorities to trust for an https server, besides the system's (env AGENTHOST_CA_FILE)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print JSON instead of text")
+}
+
+// prepare reads the token file and the CA file, once.
+func (c *clientFlags) prepare() (*http.Client, error) {
+	c.once.Do(func() {
+		c.client = http.DefaultClient
+		if c.token == "" && c.tokenFile != "" {
+			if c.token, c.err = readTokenFile(c.tokenFile); c.err != nil {
+				return
+			}
+		}
+		if c.caFile != "" {
+			pem, err := os.ReadFile(c.caFile)
+			if err != nil {
+				c.err = fmt.Errorf("ca-file: %w", err)
+				return
+			}
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				c.err = fmt.Errorf("ca-file %s: no PEM certificate in it", c.caFile)
+				return
+			}
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+			c.client = &http.Client{Transport: tr}
+		}
+	})
+	return c.client, c.err
 }
 
 func envOr(k, def string) string {
@@ -61,6 +103,10 @@ func (c *clientFlags) do(ctx context.Context, method, path string, body any, hdr
 		}
 		rd = strings.NewReader(string(b))
 	}
+	hc, err := c.prepare()
+	if err != nil {
+		return 0, err
+	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.server, "/")+path, rd)
 	if err != nil {
 		return 0, err
@@ -74,7 +120,7 @@ func (c *clientFlags) do(ctx context.Context, method, path string, body any, hdr
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("cannot reach the server at %s: %w", c.server, err)
 	}
@@ -201,6 +247,10 @@ func runSubmit(args []string, stdout, stderr io.Writer) int {
 // streamEvents prints a run's events until its stream ends, resuming with
 // Last-Event-ID when the connection drops.
 func (c *clientFlags) streamEvents(ctx context.Context, runID string, w io.Writer) error {
+	hc, err := c.prepare()
+	if err != nil {
+		return err
+	}
 	last := ""
 	for attempt := 0; attempt < 5; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(c.server, "/")+"/v1/runs/"+url.PathEscape(runID)+"/events", nil)
@@ -213,7 +263,7 @@ func (c *clientFlags) streamEvents(ctx context.Context, runID string, w io.Write
 		if last != "" {
 			req.Header.Set("Last-Event-ID", last)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			time.Sleep(time.Second)
 			continue

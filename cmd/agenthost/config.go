@@ -27,6 +27,14 @@ type Config struct {
 	Listen string `yaml:"listen" env:"AGENTHOST_LISTEN"`
 	// Token is the bearer token; required when Listen is not loopback.
 	Token string `yaml:"token" env:"AGENTHOST_TOKEN"`
+	// TokenFile is a file holding the token (kept out of the process's
+	// arguments and environment). Not together with Token.
+	TokenFile string `yaml:"token_file" env:"AGENTHOST_TOKEN_FILE"`
+	// TLSCert and TLSKey are the PEM files of the server's certificate and
+	// key: set, the server speaks HTTPS only. Loaded again on SIGHUP and
+	// when the files change.
+	TLSCert string `yaml:"tls_cert" env:"AGENTHOST_TLS_CERT"`
+	TLSKey  string `yaml:"tls_key" env:"AGENTHOST_TLS_KEY"`
 	// Data is the directory of the embedded store and the host's own files
 	// (driver certificates, compiled policy cache).
 	Data string `yaml:"data" env:"AGENTHOST_DATA"`
@@ -164,6 +172,12 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.Listen = flagCfg.Listen
 		case "token":
 			cfg.Token = flagCfg.Token
+		case "token-file":
+			cfg.TokenFile = flagCfg.TokenFile
+		case "tls-cert":
+			cfg.TLSCert = flagCfg.TLSCert
+		case "tls-key":
+			cfg.TLSKey = flagCfg.TLSKey
 		case "data":
 			cfg.Data = flagCfg.Data
 		case "store":
@@ -200,7 +214,17 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.AccessLog = flagCfg.AccessLog
 		}
 	})
-	return cfg, cfg.validate()
+	if err := cfg.validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.TokenFile != "" {
+		tok, err := readTokenFile(cfg.TokenFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Token = tok
+	}
+	return cfg, nil
 }
 
 func applyEnv(v reflect.Value, env func(string) (string, bool)) error {
@@ -280,6 +304,12 @@ func (c Config) validate() error {
 		if _, err := builtins.Configure(c.Store, c.StoreConfig, builtins.Host{Data: c.Data, StoreURL: c.StoreURL}); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if c.Token != "" && c.TokenFile != "" {
+		errs = append(errs, errors.New("token and token_file are both set: give one (token_file keeps the token out of the process's arguments)"))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("tls_cert and tls_key go together: give both or neither"))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format %q: want text or json", c.LogFormat))

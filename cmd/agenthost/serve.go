@@ -44,7 +44,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	var fc Config
 	configPath := fs.String("config", os.Getenv("AGENTHOST_CONFIG"), "YAML configuration file (env AGENTHOST_CONFIG)")
 	fs.StringVar(&fc.Listen, "listen", "", "HTTP listen address (default 127.0.0.1:7070)")
-	fs.StringVar(&fc.Token, "token", "", "bearer token, required when not listening on loopback")
+	fs.StringVar(&fc.Token, "token", "", "bearer token, required when not listening on loopback (visible in ps: prefer --token-file)")
+	fs.StringVar(&fc.TokenFile, "token-file", "", "file holding the bearer token")
+	fs.StringVar(&fc.TLSCert, "tls-cert", "", "PEM certificate file: serve HTTPS (with --tls-key; reloaded on SIGHUP and on change)")
+	fs.StringVar(&fc.TLSKey, "tls-key", "", "PEM private key file of --tls-cert")
 	fs.StringVar(&fc.Data, "data", "", "data directory (default ./agenthost-data)")
 	fs.StringVar(&fc.Store, "store", "", "store driver: badgerstore, memstore, pgstore, or a driver binary's path (default badgerstore)")
 	fs.StringVar(&fc.StoreURL, "store-url", "", "database URL of the store (pgstore: postgres://...)")
@@ -227,7 +230,24 @@ func anyConfigEnv() bool {
 // kill once the driver runs.
 func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kill *killSwitch) (err error) {
 	if !httpapi.IsLoopback(cfg.Listen) && cfg.Token == "" {
-		return fmt.Errorf("listening on %s, which is not loopback, needs a token (token, AGENTHOST_TOKEN or --token)", cfg.Listen)
+		return fmt.Errorf("listening on %s, which is not loopback, needs a token (token_file, AGENTHOST_TOKEN_FILE or --token-file; or token)", cfg.Listen)
+	}
+	var certs *certReloader
+	if cfg.TLSCert != "" {
+		if certs, err = newCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return err
+		}
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for range hup {
+				log.Info("SIGHUP: reloading the TLS certificate")
+				certs.reloadLogged()
+			}
+		}()
+	} else if !httpapi.IsLoopback(cfg.Listen) {
+		log.Warn("WARNING: serving plain HTTP on a non-loopback address: the bearer token and every input cross the network in clear; set tls_cert and tls_key, or terminate TLS in front of this port", "listen", cfg.Listen)
 	}
 	if noConfig {
 		log.Info("no configuration given: running on the embedded default",
@@ -324,8 +344,15 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("agenthost listening", "addr", ln.Addr().String(), "epoch", rt.Epoch(), "lease", rt.LeaseEpoch(), "recovered_runs", rt.Stats().Recovered)
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+		srv.TLSConfig = certs.tlsConfig()
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	log.Info("agenthost listening", "addr", ln.Addr().String(), "scheme", scheme, "epoch", rt.Epoch(), "lease", rt.LeaseEpoch(), "recovered_runs", rt.Stats().Recovered)
 	var serveErr error
 	closeCfg := cfg
 	select {
