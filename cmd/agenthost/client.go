@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -72,6 +73,35 @@ func (c *clientFlags) prepare() (*http.Client, error) {
 		}
 	})
 	return c.client, c.err
+}
+
+// deprecated notes on stderr that an old form of a command was used.
+func deprecated(stderr io.Writer, old, replacement string) {
+	fmt.Fprintf(stderr, "agenthost: note: %q is deprecated; use %q\n", "agenthost "+old, "agenthost "+replacement)
+}
+
+// pages GETs every page of a list route, following next_cursor; each page
+// is given to add, which returns the page's next_cursor.
+func (c *clientFlags) pages(ctx context.Context, path string, add func([]byte) (string, error)) error {
+	after := ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var raw json.RawMessage
+		if _, err := c.do(ctx, "GET", path+"?"+q.Encode(), nil, nil, &raw); err != nil {
+			return err
+		}
+		next, err := add(raw)
+		if err != nil {
+			return err
+		}
+		if next == "" || next == after {
+			return nil
+		}
+		after = next
+	}
 }
 
 func envOr(k, def string) string {
@@ -163,6 +193,7 @@ func init() {
 	register("runs list", "list a thread's runs", runRunsList)
 	register("runs show", "show a run and its result", runRunsShow)
 	register("thread show", "show a thread's conversation", runThreadShow)
+	register("threads list", "list the store's threads", runThreadsList)
 }
 
 func newFlagSet(name, usageLine, example string, stderr io.Writer) *flag.FlagSet {
@@ -197,10 +228,10 @@ func parse(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 
 func runSubmit(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
-	fs := newFlagSet("submit", "submit --thread T [--key K] [--hint H] [--wait] TEXT",
-		`agenthost submit --thread demo --key q1 --wait "summarise this thread"`, stderr)
+	fs := newFlagSet("submit", "submit THREAD [--key K] [--hint H] [--wait] TEXT",
+		`agenthost submit demo --key q1 --wait "summarise this thread"`, stderr)
 	c.register(fs)
-	thread := fs.String("thread", "", "thread id (required)")
+	thread := fs.String("thread", "", "deprecated: give the thread as the first argument")
 	key := fs.String("key", "", "idempotency key: retrying with it is safe")
 	hint := fs.String("hint", "", "hint for the input policy, e.g. refine or redirect")
 	wait := fs.Bool("wait", false, "stream the run's events and print the answer")
@@ -208,6 +239,11 @@ func runSubmit(args []string, stdout, stderr io.Writer) int {
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
+	}
+	if *thread != "" {
+		deprecated(stderr, "submit --thread T TEXT", "submit T TEXT")
+	} else if len(pos) > 0 {
+		*thread, pos = pos[0], pos[1:]
 	}
 	if *thread == "" || len(pos) == 0 {
 		fs.Usage()
@@ -354,20 +390,31 @@ func printResult(w io.Writer, res httpapi.Result, jsonOut bool) int {
 
 func runRunsList(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
-	fs := newFlagSet("runs list", "runs list --thread T", "agenthost runs list --thread demo", stderr)
+	fs := newFlagSet("runs list", "runs list THREAD", "agenthost runs list demo", stderr)
 	c.register(fs)
-	thread := fs.String("thread", "", "thread id (required)")
-	if _, code, ok := parse(fs, args); !ok {
+	thread := fs.String("thread", "", "deprecated: give the thread as the argument")
+	pos, code, ok := parse(fs, args)
+	if !ok {
 		return code
 	}
-	if *thread == "" {
+	if *thread != "" && len(pos) == 0 {
+		deprecated(stderr, "runs list --thread T", "runs list T")
+		pos = []string{*thread}
+	}
+	if len(pos) != 1 {
 		fs.Usage()
 		return exitUsage
 	}
 	var out struct {
 		Runs []httpapi.Run `json:"runs"`
 	}
-	if _, err := c.do(context.Background(), "GET", "/v1/threads/"+url.PathEscape(*thread)+"/runs", nil, nil, &out); err != nil {
+	err := c.pages(context.Background(), "/v1/threads/"+url.PathEscape(pos[0])+"/runs", func(b []byte) (string, error) {
+		var p httpapi.RunPage
+		err := json.Unmarshal(b, &p)
+		out.Runs = append(out.Runs, p.Runs...)
+		return p.NextCursor, err
+	})
+	if err != nil {
 		return clientErr(stderr, err)
 	}
 	if c.jsonOut {
@@ -444,7 +491,13 @@ func runThreadShow(args []string, stdout, stderr io.Writer) int {
 	var out struct {
 		Messages []httpapi.Message `json:"messages"`
 	}
-	if _, err := c.do(context.Background(), "GET", "/v1/threads/"+url.PathEscape(pos[0])+"/messages", nil, nil, &out); err != nil {
+	err := c.pages(context.Background(), "/v1/threads/"+url.PathEscape(pos[0])+"/messages", func(b []byte) (string, error) {
+		var p httpapi.MessagePage
+		err := json.Unmarshal(b, &p)
+		out.Messages = append(out.Messages, p.Messages...)
+		return p.NextCursor, err
+	})
+	if err != nil {
 		return clientErr(stderr, err)
 	}
 	if c.jsonOut {
@@ -462,6 +515,44 @@ func runThreadShow(args []string, stdout, stderr io.Writer) int {
 		default:
 			fmt.Fprintf(stdout, "%-9s %s\n", m.Role, m.Content)
 		}
+	}
+	return exitOK
+}
+
+func runThreadsList(args []string, stdout, stderr io.Writer) int {
+	var c clientFlags
+	fs := newFlagSet("threads list", "threads list [--after CURSOR] [--limit N]", "agenthost threads list --limit 50", stderr)
+	c.register(fs)
+	after := fs.String("after", "", "list the threads after this id (a next_cursor)")
+	limit := fs.Int("limit", 100, "threads per page (1 to 1000)")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	var page httpapi.ThreadPage
+	if _, err := c.do(context.Background(), "GET", "/v1/threads?"+q.Encode(), nil, nil, &page); err != nil {
+		return clientErr(stderr, err)
+	}
+	if c.jsonOut {
+		printJSON(stdout, page)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "THREAD\tVERSION\tBUSY\tOPEN RUNS\tUPDATED")
+	for _, t := range page.Threads {
+		fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\n", t.ID, t.Version, t.Busy, strings.Join(t.OpenRunIDs, ","), t.UpdatedAt.Format(time.RFC3339))
+	}
+	tw.Flush()
+	if page.NextCursor != "" {
+		fmt.Fprintf(stdout, "more: agenthost threads list --after %s\n", page.NextCursor)
 	}
 	return exitOK
 }

@@ -92,7 +92,7 @@ func (tl *timeline) follow(ctx context.Context, rt *host.Runtime, runID string, 
 				tl.say("run %s: terminal commit, %s", n, e.Data["reason"])
 				return
 			case host.EventAbsorbed:
-				tl.say("run %s: absorbed in the same commit, pointer absorbedIntoRunId -> %s", n, tl.name(e.Data["into_run_id"]))
+				tl.say("run %s: absorbed in the same commit, pointer absorbed_into_run_id -> %s", n, tl.name(e.Data["into_run_id"]))
 				return
 			}
 		}
@@ -142,7 +142,7 @@ func demo(ctx context.Context, w io.Writer, d driver.Driver, pol policy.Policy, 
 		return errors.New("the two tickets did not resolve to the same answer")
 	}
 	b, _ := rt.Run(ctx, tB.RunID)
-	tl.say("run B is %s/%s, absorbedIntoRunId=%s, no answer of its own", b.State, b.TerminalReason, tl.name(b.AbsorbedIntoRunID))
+	tl.say("run B is %s/%s, absorbed_into_run_id=%s, no answer of its own", b.State, b.TerminalReason, tl.name(b.AbsorbedIntoRunID))
 
 	tl.print("\nPart 2: the host stops after the injection, before the answer\n\n")
 	tA, tB, err = playTwoInputs(ctx, tl, rt, "demo-2", first, second)

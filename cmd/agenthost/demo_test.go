@@ -19,7 +19,7 @@ func TestDemoInProcess(t *testing.T) {
 	if err := demo(context.Background(), &out, d, pol, func() (driver.Driver, error) { return d, nil }); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"took input", "absorbedIntoRunId -> A", "Nothing accepted was lost"} {
+	for _, want := range []string{"took input", "absorbed_into_run_id -> A", "Nothing accepted was lost"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("timeline lacks %q", want)
 		}

@@ -2,10 +2,15 @@
 //
 //	agenthost serve                 run the server (HTTP API) on the embedded default
 //	agenthost demo                  play the absorbed-input story and print its timeline
-//	agenthost submit --thread T …   submit an input, optionally wait for its answer
-//	agenthost runs list|show        read runs
-//	agenthost thread show T         read a thread's conversation
+//	agenthost submit THREAD TEXT    submit an input, optionally wait for its answer
+//	agenthost runs list THREAD      list a thread's runs
+//	agenthost runs show RUN         show a run and its result
+//	agenthost thread show THREAD    read a thread's conversation
+//	agenthost threads list          list the threads
 //	agenthost cancel RUN            cancel a queued or active run
+//	agenthost version               print the build's version
+//
+// The thread or run a command is about is its first argument.
 //
 // Run "agenthost help" or "agenthost COMMAND --help" for details.
 package main
@@ -52,7 +57,7 @@ func main1() int {
 		return exitOK
 	}
 	name := args[0]
-	if len(args) > 1 && (name == "runs" || name == "thread" || name == "driver" || name == "policy") && !strings.HasPrefix(args[1], "-") {
+	if len(args) > 1 && (name == "runs" || name == "thread" || name == "threads" || name == "driver" || name == "policy") && !strings.HasPrefix(args[1], "-") {
 		name += " " + args[1]
 		args = args[1:]
 	}

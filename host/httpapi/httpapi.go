@@ -84,6 +84,7 @@ var routes = []struct {
 	pattern string
 	serve   func(*Handler, http.ResponseWriter, *http.Request)
 }{
+	{"GET /v1/threads", (*Handler).listThreads},
 	{"POST /v1/threads/{thread_id}/inputs", (*Handler).submit},
 	{"GET /v1/threads/{thread_id}/runs", (*Handler).threadRuns},
 	{"GET /v1/threads/{thread_id}/messages", (*Handler).threadMessages},
@@ -301,6 +302,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		problem(w, http.StatusConflict, "not_queued", err.Error())
 	case errors.Is(err, host.ErrInvalid):
 		problem(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, host.ErrNotSupported):
+		problem(w, http.StatusNotImplemented, "not_implemented", err.Error())
 	case errors.Is(err, host.ErrClosed):
 		problem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 	case errors.Is(err, host.ErrUnavailable):
@@ -505,6 +508,10 @@ func (h *Handler) threadRuns(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	pg, ok := h.page(w, r)
+	if !ok {
+		return
+	}
 	runs, err := h.rt.ThreadRuns(r.Context(), thread)
 	if err != nil {
 		h.fail(w, r, err)
@@ -514,23 +521,42 @@ func (h *Handler) threadRuns(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not_found", "no thread "+strconv.Quote(thread))
 		return
 	}
+	// The cursor is the seq of the last run given.
+	after, err := pg.position()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	i := 0
+	for i < len(runs) && runs[i].Seq <= after {
+		i++
+	}
+	runs = runs[i:]
+	next := ""
+	if len(runs) > pg.limit {
+		runs = runs[:pg.limit]
+		next = strconv.FormatInt(runs[pg.limit-1].Seq, 10)
+	}
 	out := make([]Run, len(runs))
 	for i, run := range runs {
 		out[i] = toRun(run)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"thread_id": thread, "runs": out})
+	writeJSON(w, http.StatusOK, RunPage{ThreadID: thread, Runs: out, NextCursor: next})
 }
 
 // Message is a history message on the wire.
 type Message struct {
-	ID         string     `json:"id"`
-	RunID      string     `json:"run_id"`
-	Seq        int64      `json:"seq"`
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
+	ID      string `json:"id"`
+	RunID   string `json:"run_id"`
+	Seq     int64  `json:"seq"`
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// Hint and Metadata are an input's, as submitted.
+	Hint       string            `json:"hint,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	ToolCalls  []ToolCall        `json:"tool_calls,omitempty"`
+	ToolCallID string            `json:"tool_call_id,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
 }
 
 // ToolCall is a model's call of a tool.
@@ -545,6 +571,15 @@ func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	pg, ok := h.page(w, r)
+	if !ok {
+		return
+	}
+	after, err := pg.position()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	msgs, err := h.rt.History(r.Context(), thread)
 	if err != nil {
 		h.fail(w, r, err)
@@ -556,14 +591,119 @@ func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The conversation only grows at its end (runs join it as they end):
+	// the cursor is the count of messages given so far.
+	total := int64(len(msgs))
+	msgs = msgs[min(after, total):]
+	next := ""
+	if len(msgs) > pg.limit {
+		msgs = msgs[:pg.limit]
+		next = strconv.FormatInt(min(after, total)+int64(pg.limit), 10)
+	}
 	out := make([]Message, len(msgs))
 	for i, m := range msgs {
-		out[i] = Message{ID: m.ID, RunID: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, CreatedAt: m.CreatedAt}
+		out[i] = Message{ID: m.ID, RunID: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, Hint: m.Hint, Metadata: m.Metadata, ToolCallID: m.ToolCallID, CreatedAt: m.CreatedAt}
 		for _, c := range m.ToolCalls {
 			out[i].ToolCalls = append(out[i].ToolCalls, ToolCall(c))
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"thread_id": thread, "messages": out})
+	writeJSON(w, http.StatusOK, MessagePage{ThreadID: thread, Messages: out, NextCursor: next})
+}
+
+// RunPage is the answer of GET /v1/threads/{thread_id}/runs.
+type RunPage struct {
+	ThreadID string `json:"thread_id"`
+	Runs     []Run  `json:"runs"`
+	// NextCursor is the after of the next page; empty at the end.
+	NextCursor string `json:"next_cursor"`
+}
+
+// MessagePage is the answer of GET /v1/threads/{thread_id}/messages.
+type MessagePage struct {
+	ThreadID   string    `json:"thread_id"`
+	Messages   []Message `json:"messages"`
+	NextCursor string    `json:"next_cursor"`
+}
+
+// ThreadSummary is a thread in GET /v1/threads.
+type ThreadSummary struct {
+	ID         string    `json:"id"`
+	Version    int64     `json:"version"`
+	OpenRunIDs []string  `json:"open_run_ids"`
+	Busy       bool      `json:"busy"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// ThreadPage is the answer of GET /v1/threads.
+type ThreadPage struct {
+	Threads    []ThreadSummary `json:"threads"`
+	NextCursor string          `json:"next_cursor"`
+}
+
+// Page sizes of the list routes.
+const (
+	defaultPageLimit = 100
+	maxPageLimit     = host.MaxThreadPage
+)
+
+// pageParams are a list route's after and limit.
+type pageParams struct {
+	after string
+	limit int
+}
+
+// position reads the cursor as the number the runs and messages routes
+// give.
+func (p pageParams) position() (int64, error) {
+	if p.after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(p.after, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: after must be a next_cursor this route returned", host.ErrInvalid)
+	}
+	return n, nil
+}
+
+// page reads ?after= and ?limit= (default 100, at most 1000), or answers
+// bad_request and false.
+func (h *Handler) page(w http.ResponseWriter, r *http.Request) (pageParams, bool) {
+	q := r.URL.Query()
+	p := pageParams{after: q.Get("after"), limit: defaultPageLimit}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPageLimit {
+			h.fail(w, r, fmt.Errorf("%w: limit must be 1 to %d", host.ErrInvalid, maxPageLimit))
+			return p, false
+		}
+		p.limit = n
+	}
+	if len(p.after) > host.MaxIDLen {
+		h.fail(w, r, fmt.Errorf("%w: after is longer than %d bytes", host.ErrInvalid, host.MaxIDLen))
+		return p, false
+	}
+	return p, true
+}
+
+func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
+	pg, ok := h.page(w, r)
+	if !ok {
+		return
+	}
+	ths, next, err := h.rt.ListThreads(r.Context(), pg.after, pg.limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := ThreadPage{Threads: make([]ThreadSummary, len(ths)), NextCursor: next}
+	for i, t := range ths {
+		open := t.OpenRunIDs
+		if open == nil {
+			open = []string{}
+		}
+		out.Threads[i] = ThreadSummary{ID: t.ID, Version: t.Version, OpenRunIDs: open, Busy: len(t.OpenRunIDs) > 0, UpdatedAt: t.UpdatedAt}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
