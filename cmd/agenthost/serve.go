@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg, stderr)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "token" {
+			log.Warn("--token shows in the process list (ps); use token_file, AGENTHOST_TOKEN_FILE or --token-file")
+		}
+	})
 	// The first SIGINT or SIGTERM starts the shutdown; a second one ends
 	// the process at once, killing the driver.
 	sigc := make(chan os.Signal, 2)
