@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"time"
 )
@@ -159,13 +160,28 @@ func (c *Client) Result(ctx context.Context, runID string, wait time.Duration) (
 	return res, true, nil
 }
 
-// ThreadRuns lists a thread's runs in seq order.
+// ThreadRuns lists a thread's runs in seq order, every page of them.
 func (c *Client) ThreadRuns(ctx context.Context, thread string) ([]RunRecord, error) {
-	var out struct {
-		Runs []RunRecord `json:"runs"`
+	var runs []RunRecord
+	after := ""
+	for {
+		var out struct {
+			Runs       []RunRecord `json:"runs"`
+			NextCursor string      `json:"next_cursor"`
+		}
+		path := "/v1/threads/" + thread + "/runs?limit=1000"
+		if after != "" {
+			path += "&after=" + url.QueryEscape(after)
+		}
+		if _, err := c.do(ctx, "GET", path, nil, nil, &out); err != nil {
+			return runs, err
+		}
+		runs = append(runs, out.Runs...)
+		if out.NextCursor == "" || out.NextCursor == after {
+			return runs, nil
+		}
+		after = out.NextCursor
 	}
-	_, err := c.do(ctx, "GET", "/v1/threads/"+thread+"/runs", nil, nil, &out)
-	return out.Runs, err
 }
 
 // Healthy reports whether /healthz answers ok.
