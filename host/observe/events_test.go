@@ -98,7 +98,7 @@ func TestDecisionAndAbsorptionEvents(t *testing.T) {
 	for _, e := range run.Events {
 		m := map[string]string{}
 		for _, kv := range e.Attributes {
-			m[string(kv.Key)] = kv.Value.Emit()
+			m[string(kv.Key)] = kv.Value.String()
 		}
 		events[e.Name] = m
 	}
