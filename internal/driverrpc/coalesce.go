@@ -15,7 +15,9 @@ import (
 // maxInFlight commit RPCs in flight, and the commits that arrive meanwhile
 // wait and go together in one CommitMany. The driver commits them
 // concurrently, each with its own result, so grouping on the wire changes
-// nothing of the contract; it saves a round trip per commit under load.
+// nothing of the contract; it saves a round trip per commit under load. A
+// commit that finds a free slot and no one waiting goes at once from its
+// caller's goroutine.
 const (
 	maxInFlight   = 2
 	maxGroupBytes = 32 << 20
@@ -52,8 +54,29 @@ func (c *Client) commit(ctx context.Context, pb *storepb.Batch) (int64, error) {
 		}
 		return r.Version, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // never sent
+	}
 	co := &c.co
 	co.mu.Lock()
+	if len(co.queue) == 0 && co.inflight < maxInFlight {
+		// Nothing waits: send it from this goroutine, sparing the hand-over
+		// to a sender and back, which costs a wake-up each way.
+		co.inflight++
+		co.mu.Unlock()
+		v, err := c.sendOne(p)
+		co.mu.Lock()
+		if len(co.queue) > 0 {
+			go c.drive() // commits queued meanwhile take over this slot
+		} else {
+			co.inflight--
+		}
+		co.mu.Unlock()
+		if err != nil && ctx.Err() != nil {
+			return 0, fmt.Errorf("commit outcome unknown (read the thread's LastCommitID): %w", ctx.Err())
+		}
+		return v, err
+	}
 	co.queue = append(co.queue, p)
 	if co.inflight < maxInFlight {
 		co.inflight++
@@ -110,16 +133,20 @@ func (c *Client) drive() {
 	}
 }
 
+// sendOne commits p alone, under its caller's context.
+func (c *Client) sendOne(p *pendingCommit) (int64, error) {
+	r, err := c.c.Commit(p.ctx, &storepb.CommitRequest{Batch: p.pb}, callOpts...)
+	if err != nil {
+		return 0, c.fail(p.ctx, err)
+	}
+	return r.Version, nil
+}
+
 // send commits a group in one round trip and hands each member its result.
 func (c *Client) send(group []*pendingCommit) {
 	if len(group) == 1 {
-		p := group[0]
-		r, err := c.c.Commit(p.ctx, &storepb.CommitRequest{Batch: p.pb}, callOpts...)
-		if err != nil {
-			p.done <- commitResult{err: c.fail(p.ctx, err)}
-			return
-		}
-		p.done <- commitResult{v: r.Version}
+		v, err := c.sendOne(group[0])
+		group[0].done <- commitResult{v: v, err: err}
 		return
 	}
 	ctx := context.Background() // no one caller's context may cut the others' commits

@@ -158,3 +158,50 @@ func TestConcurrentCommitsOwnResults(t *testing.T) {
 		t.Fatalf("commit with a canceled context: %v", err)
 	}
 }
+
+// TestLoneCommitsOwnResults: commits made one after another, each alone on
+// the wire (sent from the caller's goroutine), get their own results, and
+// concurrent ones that follow still do.
+func TestLoneCommitsOwnResults(t *testing.T) {
+	ctx := context.Background()
+	c := connect(t, memFactory)
+	if err := c.Open(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	batch := func(v int64) driver.Batch {
+		cid := fmt.Sprintf("c%d", v)
+		return driver.Batch{CommitID: cid, ThreadID: "t", ExpectedVersion: v - 1, Thread: record.Thread{ID: "t", Version: v, LastCommitID: cid},
+			Messages: []record.Message{{ID: fmt.Sprintf("m%d", v), ThreadID: "t", Seq: v}}}
+	}
+	for v := int64(1); v <= 20; v++ {
+		if got, err := c.Commit(ctx, batch(v)); err != nil || got != v {
+			t.Fatalf("commit %d: version %d, %v", v, got, err)
+		}
+		if _, err := c.Commit(ctx, batch(v)); !errors.Is(err, driver.ErrVersionConflict) {
+			t.Fatalf("commit %d again: %v, want a version conflict", v, err)
+		}
+		bad := batch(v + 1)
+		bad.Messages[0].ID = ""
+		if _, err := c.Commit(ctx, bad); !errors.Is(err, driver.ErrInvalidArgument) {
+			t.Fatalf("commit %d without a message id: %v, want invalid argument", v+1, err)
+		}
+	}
+	snap, err := c.LoadThread(ctx, "t")
+	if err != nil || snap.Thread.Version != 20 {
+		t.Fatalf("after the commits: %+v, %v", snap.Thread, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 50)
+	for i := range errs {
+		wg.Go(func() {
+			th := fmt.Sprintf("u%d", i)
+			_, errs[i] = c.Commit(ctx, driver.Batch{CommitID: "c", ThreadID: th, Thread: record.Thread{ID: th, Version: 1, LastCommitID: "c"}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent commit %d: %v", i, err)
+		}
+	}
+}
