@@ -25,18 +25,18 @@ const brokenEnv = "AGENTHOST_TEST_BROKEN_DRIVER"
 // (or the suite checks something the driver does right).
 var brokenDrivers = map[string][]string{
 	"first-run-only":     {"atomicity.absorbing-pair", "atomicity.batch-whole", "index.list-by-state", "invariant.I4", "scale.list", "semantics.S1"},
-	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version", "concurrency.stale-young-version"},
+	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version", "concurrency.stale-young-version", "steps.batch-atomic"},
 	"stale-state-index":  {"index.list-by-state"},
-	"loses-acked-writes": {"durability.acked-survives-kill", "durability.reopen", "invariant.I4"},
+	"loses-acked-writes": {"durability.acked-survives-kill", "durability.reopen", "durability.steps", "invariant.I4"},
 	"history-reversed":   {"reads.history-order"},
 	"idempotency-global": {"atomicity.refused-batch-writes-nothing", "concurrency.conflict-writes-nothing", "reads.idempotency-by-thread", "semantics.S5"},
 	"paging-skips":       {"index.list-by-state", "index.paging", "scale.list"},
-	"ignores-fence":      {"leases.dead-fence", "leases.fence-foreign-owner"},
+	"ignores-fence":      {"leases.dead-fence", "leases.fence-foreign-owner", "leases.fenced-steps"},
 	"partial-batch":      {"atomicity.batch-whole", "atomicity.refused-batch-writes-nothing", "reads.history-paging"},
-	"acks-before-write":  {"durability.acked-survives-kill"},
+	"acks-before-write":  {"durability.acked-survives-kill", "durability.steps"},
 	"young-unchecked":    {"concurrency.stale-young-version"},
 	"crashes":            {"driver.crash"},
-	"conflict-lands":     {"concurrency.conflict-writes-nothing", "concurrency.stale-version-writes-nothing"},
+	"conflict-lands":     {"concurrency.conflict-writes-nothing", "concurrency.stale-version-writes-nothing", "steps.batch-atomic"},
 }
 
 // brokenFactory returns the factory of broken driver name, nil if none.

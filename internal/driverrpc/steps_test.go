@@ -92,7 +92,7 @@ func TestStepsRefusedByProtocol1(t *testing.T) {
 	ctx := context.Background()
 	for name, c := range map[string]*driverrpc.Client{
 		"handshake 1":          connectAt(t, badgerFactory(t), 1),
-		"driver without steps": connectAt(t, memFactory, 2),
+		"driver without steps": connectAt(t, noStepsFactory, 2),
 	} {
 		t.Run(name, func(t *testing.T) {
 			info, err := c.Info(ctx)
@@ -139,3 +139,13 @@ func TestStepBatchTooLarge(t *testing.T) {
 		t.Fatalf("a step batch over the limit: %v, want ErrTooLarge", err)
 	}
 }
+
+// noStepsFactory opens memstore behind a value that hides its step
+// interfaces: a driver built before store protocol 2.
+var noStepsFactory = storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+	d, err := memFactory.Open(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ driver.Driver }{d}, nil
+})

@@ -36,11 +36,17 @@ type Driver struct {
 	history  map[string][]record.Message  // per thread, in Seq order
 	msgIDs   map[string]bool
 	idem     map[idemKey]record.Idempotency
+	steps    map[string][]record.Step // per run, in Seq order
+	stepIDs  map[string]bool
 	commitFn func(driver.Batch) // test hook, see SetCommitHook
 	lease    *leases            // nil: no leases (see NewShared)
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver       = (*Driver)(nil)
+	_ driver.StepStore    = (*Driver)(nil)
+	_ driver.ThreadLister = (*Driver)(nil)
+)
 
 // New returns an empty driver.
 func New() *Driver {
@@ -51,6 +57,8 @@ func New() *Driver {
 		history: map[string][]record.Message{},
 		msgIDs:  map[string]bool{},
 		idem:    map[idemKey]record.Idempotency{},
+		steps:   map[string][]record.Step{},
+		stepIDs: map[string]bool{},
 	}
 }
 
@@ -133,6 +141,9 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 			return 0, fmt.Errorf("%w: run %s belongs to thread %s", driver.ErrInvalidArgument, r.ID, old.ThreadID)
 		}
 	}
+	if err := d.checkSteps(b.ThreadID, b.Steps); err != nil {
+		return 0, err
+	}
 	if d.commitFn != nil {
 		d.commitFn(b)
 	}
@@ -149,6 +160,7 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 		d.msgIDs[m.ID] = true
 	}
 	d.history[b.ThreadID] = hist
+	d.appendSteps(b.Steps)
 	for _, k := range b.Idempotency {
 		d.idem[idemKey{k.ThreadID, k.Key}] = k
 	}
