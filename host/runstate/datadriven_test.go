@@ -149,6 +149,26 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		m = a
 	case "start":
 		m = runstate.Start{ThreadID: thread, Owner: arg(d, "owner", "h1"), Now: w.now()}
+	case "take":
+		// take run=A entries=B:b+c,C:d seq=3 model=1
+		tk := runstate.Take{ThreadID: thread, RunID: arg(d, "run", ""), Owner: arg(d, "owner", "h1"), Now: w.now()}
+		fmt.Sscan(arg(d, "seq", "1"), &tk.Seq)
+		fmt.Sscan(arg(d, "model", "0"), &tk.Model)
+		tk.StepID = fmt.Sprintf("%s-s%d", tk.RunID, tk.Seq)
+		for _, a := range d.CmdArgs {
+			if a.Key != "entries" {
+				continue
+			}
+			for _, v := range strings.Split(strings.Join(a.Vals, ","), ",") {
+				run, ins, _ := strings.Cut(v, ":")
+				e := record.Take{RunID: run}
+				if ins != "" {
+					e.InputMessageIDs = strings.Split(ins, "+")
+				}
+				tk.Entries = append(tk.Entries, e)
+			}
+		}
+		m = tk
 	case "commit":
 		c := runstate.CommitTerminal{
 			ThreadID: thread, RunID: arg(d, "run", ""), Owner: arg(d, "owner", "h1"),
@@ -160,11 +180,15 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			if a.Key != "absorb" {
 				continue
 			}
-			for _, v := range a.Vals {
+			for _, v := range strings.Split(strings.Join(a.Vals, ","), ",") {
 				run, ins, _ := strings.Cut(v, ":")
+				ins, at, _ := strings.Cut(ins, "@") // absorb=B:b@2: seen before step 2
 				e := runstate.AbsorbEntry{RunID: run}
 				if ins != "" {
 					e.InputMessageIDs = strings.Split(ins, "+")
+				}
+				if at != "" {
+					fmt.Sscan(at, &e.At)
 				}
 				c.Absorb = append(c.Absorb, e)
 			}
@@ -236,7 +260,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	before := w.snapshot(thread, key)
 	eff, err := runstate.Reduce(before, m)
 	if err != nil {
-		if !eff.Empty() || len(eff.RunRecords) > 0 || len(eff.HistoryMutations) > 0 || len(eff.Idempotency) > 0 {
+		if !eff.Empty() || len(eff.RunRecords) > 0 || len(eff.HistoryMutations) > 0 || len(eff.Idempotency) > 0 || len(eff.Steps) > 0 {
 			t.Fatalf("error %v came with effects %+v", err, eff)
 		}
 		return "error: " + err.Error() + "\n"
@@ -275,6 +299,9 @@ func fmtEffects(e runstate.Effects) string {
 	for _, d := range e.Dropped {
 		fmt.Fprintf(&b, "dropped: %s (%s)\n", d.RunID, d.Reason)
 	}
+	if len(e.Released) > 0 {
+		fmt.Fprintf(&b, "released: %s\n", strings.Join(e.Released, " "))
+	}
 	if e.Empty() {
 		b.WriteString("writes nothing\n")
 		return b.String()
@@ -290,6 +317,13 @@ func fmtEffects(e runstate.Effects) string {
 	for _, k := range e.Idempotency {
 		fmt.Fprintf(&b, "idempotency %s/%s -> %s %s\n", k.ThreadID, k.Key, k.RunID, k.InputMessageID)
 	}
+	for _, st := range e.Steps {
+		fmt.Fprintf(&b, "step %s run=%s seq=%d model=%d attempt=%d %s", st.ID, st.RunID, st.Seq, st.Model, st.Attempt, st.Kind)
+		for _, tk := range st.Taken {
+			fmt.Fprintf(&b, " %s:[%s]", tk.RunID, strings.Join(tk.InputMessageIDs, " "))
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 
@@ -304,6 +338,12 @@ func fmtRun(r record.Run) string {
 	}
 	if r.AbsorbedIntoRunID != "" {
 		s += " absorbed-into=" + r.AbsorbedIntoRunID
+	}
+	if r.TakenBy != "" {
+		s += " taken-by=" + r.TakenBy
+	}
+	if len(r.TranscriptIDs) > 0 {
+		s += " transcript=[" + strings.Join(r.TranscriptIDs, " ") + "]"
 	}
 	if r.AnswerSeq != 0 {
 		s += fmt.Sprintf(" answer=%s@%d", r.AssistantMessageID, r.AnswerSeq)

@@ -8,27 +8,39 @@
 // retrying on a version conflict. A test keeps I/O packages out of this
 // package for good.
 //
-// The mutations are Admit, Start, CommitTerminal, Recover and Cancel. Their
-// rules, in short:
+// The mutations are Admit, Start, Take, CommitTerminal, Recover and Cancel.
+// Their rules, in short:
 //
 //   - Admit: a repeated idempotency key returns the earlier admission and
 //     writes nothing; the same key with other content is ErrKeyReused. On an
 //     idle thread the input gets a new queued run and no policy is asked; on a
 //     busy thread the caller's Decision applies: queue and inject write the
 //     same records (a queued run, or with CoalescePending the input joins the
-//     last queued run), interrupt also names the active run to stop, reject is
-//     ErrBusy and writes nothing. With StartAs, the new run of an idle
-//     thread is started in the same effects, under that owner.
+//     last queued run, unless the active run took that run's inputs),
+//     interrupt also names the active run to stop, reject is ErrBusy and
+//     writes nothing. With StartAs, the new run of an idle thread is
+//     started in the same effects, under that owner.
 //   - Start: the head of the queue becomes active, owned by the caller; never
 //     two active runs on a thread.
+//   - Take: the active run's owner records, before the model sees them, the
+//     inputs it takes at a step boundary: a contiguous prefix of the queue
+//     behind the runs it took before, each run with exactly its inputs and
+//     not taken by another; the taken runs get TakenBy and a take step record
+//     is written with them. Invalid entries are refused, never fatal.
 //   - CommitTerminal: only the active run's owner may end it. Only a completed
 //     run may absorb. Each absorb entry must name the next queued run with
-//     exactly the inputs it holds; stale entries are dropped, never fatal.
-//     Kept entries move their inputs into the completing run and end their
-//     runs superseded/absorbed, pointing at it, with no assistant message.
+//     exactly the inputs it holds, not taken by another run; stale entries
+//     are dropped, never fatal. Kept entries move their inputs into the
+//     completing run and end their runs superseded/absorbed, pointing at it,
+//     with no assistant message; the run's TranscriptIDs keep where the model
+//     saw them. Runs it took and did not absorb are released (TakenBy
+//     cleared): every run it took, when it does not complete.
 //   - Recover: an active run whose owner is gone is queued again with
-//     attempt+1, or fails once it has used its attempts.
-//   - Cancel: an operator ends a queued or active run (interrupted/canceled).
+//     attempt+1, keeping its takes, or fails once it has used its attempts,
+//     releasing them.
+//   - Cancel: an operator ends a queued or active run (interrupted/canceled),
+//     releasing what it took; a queued run whose inputs are taken is refused
+//     (ErrTaken, naming the taker).
 //
 // Prompt and History project a thread's records into what a model sees.
 //

@@ -31,4 +31,21 @@ var (
 	// ErrAbsorbNotCompleted: a terminal commit that does not complete the run
 	// carried absorb entries.
 	ErrAbsorbNotCompleted = errors.New("only a completed run may absorb")
+	// ErrTaken: the queued run's inputs were taken by the active run (Take);
+	// it cannot be canceled on its own. The error is a *TakenError.
+	ErrTaken = errors.New("run's inputs are taken by the active run")
 )
+
+// TakenError is a Cancel refused because the run's inputs were taken: it
+// names the run that took them, the one to cancel instead.
+type TakenError struct {
+	RunID   string // the run whose cancel was refused
+	TakenBy string // the active run that took its inputs
+}
+
+func (e *TakenError) Error() string {
+	return "run " + e.RunID + "'s inputs are taken by run " + e.TakenBy + "; cancel that run to withdraw them"
+}
+
+// Is makes errors.Is(err, ErrTaken) hold.
+func (e *TakenError) Is(target error) bool { return target == ErrTaken }

@@ -27,6 +27,8 @@ func Reduce(s Snapshot, m Mutation) (Effects, error) {
 		return admit(s, m)
 	case Start:
 		return start(s, m)
+	case Take:
+		return take(s, m)
 	case CommitTerminal:
 		return commitTerminal(s, m)
 	case Recover:
@@ -129,9 +131,20 @@ func next(s Snapshot) record.Thread {
 	return t
 }
 
-func cloneRun(r record.Run) record.Run {
-	r.InputMessageIDs = slices.Clone(r.InputMessageIDs)
-	return r
+func cloneRun(r record.Run) record.Run { return record.CloneRun(r) }
+
+// release clears TakenBy on the open runs taker took, except those in
+// closed: its takes end with it when it ends without absorbing them.
+func release(s Snapshot, taker string, closed map[string]bool) (runs []record.Run, ids []string) {
+	for _, r := range s.Open {
+		if r.TakenBy == taker && r.State == record.StateQueued && !closed[r.ID] {
+			r = cloneRun(r)
+			r.TakenBy = ""
+			runs = append(runs, r)
+			ids = append(ids, r.ID)
+		}
+	}
+	return runs, ids
 }
 
 func admit(s Snapshot, m Admit) (Effects, error) {
@@ -188,7 +201,10 @@ func admit(s Snapshot, m Admit) (Effects, error) {
 			}
 		}
 		if d.CoalescePending {
-			if last := len(s.Open) - 1; s.Open[last].State == record.StateQueued {
+			// Never into a run whose inputs the active run took: the take
+			// was of exactly those inputs, and its run is to be absorbed
+			// whole; the new input is answered next, by a run of its own.
+			if last := len(s.Open) - 1; s.Open[last].State == record.StateQueued && s.Open[last].TakenBy == "" {
 				joinIdx = last
 			}
 		}
@@ -333,6 +349,8 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 	// next queued run with exactly its inputs; drop the rest.
 	var absorbed []record.Run
 	var dropped []DroppedAbsorb
+	var kept []AbsorbEntry
+	ownInputs := run.InputMessageIDs
 	queue := s.Open[1:] // the active run heads the open runs (checkSnapshot); the rest queue behind it
 	pos := 0
 	for _, e := range orderEntries(m.Absorb, queue) {
@@ -346,11 +364,14 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 			why = "run is not next in the queue"
 		case !sameSet(e.entry.InputMessageIDs, queue[e.at].InputMessageIDs):
 			why = "run's inputs changed since they were taken"
+		case queue[e.at].TakenBy != "" && queue[e.at].TakenBy != run.ID:
+			why = "run is taken by run " + queue[e.at].TakenBy
 		}
 		if why != "" {
 			dropped = append(dropped, DroppedAbsorb{RunID: e.entry.RunID, Reason: why})
 			continue
 		}
+		kept = append(kept, AbsorbEntry{RunID: e.entry.RunID, InputMessageIDs: queue[e.at].InputMessageIDs, At: e.entry.At})
 		pos++
 		a := cloneRun(queue[e.at])
 		a.State = record.StateSuperseded
@@ -377,16 +398,50 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 		}})
 		run.AnswerSeq = t.NextMessageSeq
 		t.NextMessageSeq++
+		if len(kept) > 0 {
+			// Only when it is not the default order (inputs, then outputs).
+			tr := transcript(ownInputs, m.Steps, kept, run.AssistantMessageID)
+			def := slices.Clone(run.InputMessageIDs)
+			for _, st := range m.Steps {
+				def = append(def, st.ID)
+			}
+			if !slices.Equal(tr, append(def, run.AssistantMessageID)) {
+				run.TranscriptIDs = tr
+			}
+		}
 	}
+	// The runs it took and did not absorb (all of them, unless it
+	// completed) are ordinary queued runs again.
+	released, releasedIDs := release(s, run.ID, closed)
 	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return closed[id] })
 	t.UpdatedAt = m.Now
+	recs := append([]record.Run{run}, absorbed...)
 	return Effects{
 		Thread:           &t,
-		RunRecords:       append([]record.Run{run}, absorbed...),
+		RunRecords:       append(recs, released...),
 		HistoryMutations: hist,
 		Run:              &run,
 		Dropped:          dropped,
+		Released:         releasedIDs,
 	}, nil
+}
+
+// transcript is the order the model saw a completed run's messages in: its
+// own inputs, then its step messages with the inputs of each kept absorb
+// entry before the step it was taken ahead of, then the answer.
+func transcript(own []string, steps []record.Message, kept []AbsorbEntry, answer string) []string {
+	slices.SortStableFunc(kept, func(a, b AbsorbEntry) int { return min(max(a.At, 0), len(steps)) - min(max(b.At, 0), len(steps)) })
+	out := slices.Clone(own)
+	k := 0
+	for i := 0; i <= len(steps); i++ {
+		for ; k < len(kept) && (kept[k].At <= i || i == len(steps)); k++ {
+			out = append(out, kept[k].InputMessageIDs...)
+		}
+		if i < len(steps) {
+			out = append(out, steps[i].ID)
+		}
+	}
+	return append(out, answer)
 }
 
 type placedEntry struct {
@@ -506,7 +561,11 @@ func recoverRun(s Snapshot, m Recover) (Effects, error) {
 		run.EndSeq = t.Version
 		run.EndedAt = m.Now
 		t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })
+		released, ids := release(s, run.ID, nil)
+		t.UpdatedAt = m.Now
+		return Effects{Thread: &t, RunRecords: append([]record.Run{run}, released...), Run: &run, Released: ids}, nil
 	} else {
+		// Its takes stay: it resumes with the inputs it durably took.
 		run.State = record.StateQueued
 		run.Attempt++
 		run.Owner = ""
@@ -530,6 +589,10 @@ func cancel(s Snapshot, m Cancel) (Effects, error) {
 		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotQueued, m.RunID, run.State)
 	case run.State != record.StateQueued && run.State != record.StateActive:
 		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotQueued, m.RunID, run.State)
+	case run.TakenBy != "":
+		// The active run took its inputs and may have shown them to the
+		// model already: withdrawing them is cancelling that run.
+		return Effects{}, &TakenError{RunID: run.ID, TakenBy: run.TakenBy}
 	}
 	// An active run ends here as a queued one does: the canceler writes its
 	// terminal record (its executor, told through its context, writes
@@ -542,5 +605,92 @@ func cancel(s Snapshot, m Cancel) (Effects, error) {
 	run.EndedAt = m.Now
 	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })
 	t.UpdatedAt = m.Now
-	return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
+	released, ids := release(s, run.ID, nil)
+	return Effects{Thread: &t, RunRecords: append([]record.Run{run}, released...), Run: &run, Released: ids}, nil
+}
+
+func take(s Snapshot, m Take) (Effects, error) {
+	if m.ThreadID != s.Thread.ID {
+		return Effects{}, fmt.Errorf("%w: take for thread %s, snapshot of %s", ErrInvalid, m.ThreadID, s.Thread.ID)
+	}
+	if err := checkID("step id", m.StepID); err != nil {
+		return Effects{}, err
+	}
+	switch {
+	case m.Seq <= 0:
+		return Effects{}, fmt.Errorf("%w: take step of run %s has seq %d", ErrInvalid, m.RunID, m.Seq)
+	case len(m.Entries) == 0:
+		return Effects{}, fmt.Errorf("%w: run %s takes nothing", ErrInvalid, m.RunID)
+	}
+	i := findOpen(s, m.RunID)
+	if i < 0 {
+		return Effects{}, fmt.Errorf("%w: run %s is not open on thread %s", ErrNotActive, m.RunID, s.Thread.ID)
+	}
+	run := s.Open[i]
+	if run.State != record.StateActive {
+		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotActive, m.RunID, run.State)
+	}
+	if run.Owner != m.Owner {
+		return Effects{}, fmt.Errorf("%w: run %s is owned by %q, not %q", ErrNotOwner, m.RunID, run.Owner, m.Owner)
+	}
+	// The queue behind the active run, past the runs it took before: those
+	// are the prefix, and a new take continues it.
+	queue := s.Open[1:]
+	pos := 0
+	for pos < len(queue) && queue[pos].TakenBy == run.ID {
+		pos++
+	}
+	var taken []record.Run
+	var entries []record.Take
+	var dropped []DroppedAbsorb
+	refusing := ""
+	for _, e := range orderEntries(toAbsorb(m.Entries), queue) {
+		why := refusing
+		if why == "" {
+			switch {
+			case e.dup:
+				why = "run is named by an earlier entry"
+			case e.at < 0:
+				why = "run is not queued on this thread"
+			case queue[e.at].TakenBy == run.ID:
+				why = "run is taken already"
+			case queue[e.at].TakenBy != "":
+				why = "run is taken by run " + queue[e.at].TakenBy
+			case e.at != pos:
+				why = "run is not next in the queue"
+			case !sameSet(e.entry.InputMessageIDs, queue[e.at].InputMessageIDs):
+				why = "run's inputs changed since they were offered"
+			}
+		}
+		if why != "" {
+			// A gap ends the prefix: nothing behind it is taken either.
+			refusing = "an earlier entry was refused"
+			dropped = append(dropped, DroppedAbsorb{RunID: e.entry.RunID, Reason: why})
+			continue
+		}
+		pos++
+		q := cloneRun(queue[e.at])
+		q.TakenBy = run.ID
+		taken = append(taken, q)
+		entries = append(entries, record.Take{RunID: q.ID, InputMessageIDs: slices.Clone(q.InputMessageIDs)})
+	}
+	if len(taken) == 0 {
+		return Effects{Dropped: dropped}, nil
+	}
+	t := next(s)
+	t.UpdatedAt = m.Now
+	st := record.Step{
+		ID: m.StepID, RunID: run.ID, ThreadID: run.ThreadID, Seq: m.Seq, Attempt: run.Attempt,
+		Model: m.Model, Kind: record.StepTake, Taken: entries, CreatedAt: m.Now,
+	}
+	r := cloneRun(run)
+	return Effects{Thread: &t, RunRecords: taken, Steps: []record.Step{st}, Run: &r, Dropped: dropped}, nil
+}
+
+func toAbsorb(ts []record.Take) []AbsorbEntry {
+	out := make([]AbsorbEntry, len(ts))
+	for i, t := range ts {
+		out[i] = AbsorbEntry{RunID: t.RunID, InputMessageIDs: t.InputMessageIDs}
+	}
+	return out
 }

@@ -54,7 +54,7 @@ type Decision struct {
 	CoalescePending bool
 }
 
-// Mutation is one of Admit, Start, CommitTerminal, Recover or Cancel.
+// Mutation is one of Admit, Start, Take, CommitTerminal, Recover or Cancel.
 type Mutation interface{ mutation() }
 
 // Admit admits a submission.
@@ -95,6 +95,34 @@ type Start struct {
 type AbsorbEntry struct {
 	RunID           string
 	InputMessageIDs []string
+	// At is where the model saw these inputs: before CommitTerminal.Steps[At]
+	// (len(Steps) or more: after the last of them, before the answer). It
+	// orders the completed run's TranscriptIDs.
+	At int
+}
+
+// Take records that the active run takes, at a step boundary and before the
+// model call that sees them, all the inputs of queued runs next in line. Each
+// entry is checked like an absorb entry: the runs taken must be a contiguous
+// prefix of the queue behind the active run (after the runs it took
+// before), each named with exactly its current inputs and not taken by
+// another run. The valid prefix is taken, the rest refused (Effects.Dropped);
+// when nothing is valid, nothing is written.
+//
+// The taken runs get TakenBy = RunID, and a StepTake step record goes in the
+// same commit. The thread's version moves: admission reads TakenBy.
+type Take struct {
+	ThreadID string
+	RunID    string
+	// Owner must be the run's owner.
+	Owner   string
+	Entries []record.Take
+	// StepID, Seq and Model are the step record's (see record.Step): Seq is
+	// the next of the run's step log.
+	StepID string
+	Seq    int64
+	Model  int
+	Now    time.Time
 }
 
 // CommitTerminal ends an active run.
@@ -147,6 +175,7 @@ type Cancel struct {
 
 func (Admit) mutation()          {}
 func (Start) mutation()          {}
+func (Take) mutation()           {}
 func (CommitTerminal) mutation() {}
 func (Recover) mutation()        {}
 func (Cancel) mutation()         {}
@@ -172,6 +201,8 @@ type Effects struct {
 	RunRecords       []record.Run
 	HistoryMutations []HistoryMutation
 	Idempotency      []record.Idempotency
+	// Steps are step records to append (Take's).
+	Steps []record.Step
 
 	// Reported, not written.
 
@@ -181,8 +212,13 @@ type Effects struct {
 	Run *record.Run
 	// Admission describes the outcome of an Admit.
 	Admission *Admission
-	// Dropped lists the absorb entries a CommitTerminal dropped.
+	// Dropped lists the absorb entries a CommitTerminal dropped, or the
+	// entries a Take refused.
 	Dropped []DroppedAbsorb
+	// Released lists the queued runs whose TakenBy this mutation cleared:
+	// their taker ended without completing (or completed without absorbing
+	// them), and they are ordinary queued runs again.
+	Released []string
 }
 
 // Empty reports whether the effects write nothing.
