@@ -84,6 +84,7 @@ const DefaultHistoryWindow = 200
 // Store is the store layer over one driver. It is safe for concurrent use.
 type Store struct {
 	d     driver.Driver
+	steps driver.StepStore // nil: the driver keeps no step records
 	opt   Options
 	snaps snapCache
 	hist  histCache
@@ -125,7 +126,8 @@ func New(d driver.Driver, opt Options) *Store {
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
 	}
-	s := &Store{d: d, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
+	ss, _ := d.(driver.StepStore)
+	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
 		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
 		done: doneCache{f: newFIFO[doneRun](8192)}}
 	if g, ok := d.(Generational); ok {
@@ -514,6 +516,7 @@ func Batch(expected int64, eff runstate.Effects, commitID string) driver.Batch {
 		Thread:          t,
 		Runs:            eff.RunRecords,
 		Idempotency:     eff.Idempotency,
+		Steps:           eff.Steps,
 	}
 	for _, h := range eff.HistoryMutations {
 		b.Messages = append(b.Messages, h.Message) // HistoryAppend is the only op

@@ -59,8 +59,10 @@ type Driver struct {
 	outageTo time.Time
 	group    []*pending
 	applied  func(driver.Batch)
-	log      []string
-	paused   chan struct{} // closed by Release; nil when not paused
+	// appliedSteps: see OnSteps.
+	appliedSteps func(driver.StepBatch)
+	log          []string
+	paused       chan struct{} // closed by Release; nil when not paused
 }
 
 type pending struct {
@@ -333,4 +335,81 @@ func (w *Driver) apply(ctx context.Context, p *pending) {
 	if p.err == nil && w.applied != nil {
 		w.applied(p.b)
 	}
+}
+
+var _ driver.StepStore = (*Driver)(nil)
+
+// stepStore returns the store underneath as a driver.StepStore.
+func (w *Driver) stepStore() (driver.StepStore, error) {
+	ss, ok := w.d.(driver.StepStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: the store underneath keeps no step records", driver.ErrInvalidArgument)
+	}
+	return ss, nil
+}
+
+// OnSteps sets fn, called with every step batch the store underneath
+// applied, under the wrapper's lock, like New's applied for batches.
+func (w *Driver) OnSteps(fn func(driver.StepBatch)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.appliedSteps = fn
+}
+
+// CommitSteps implements driver.StepStore with the faults of a commit: a
+// crash during it (applied or not), a refusal, a lost reply. Step commits
+// never join a group: a driver writes them at once.
+func (w *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	ss, err := w.stepStore()
+	if err != nil {
+		return err
+	}
+	if err := w.hold(ctx); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dead {
+		return unavailable("the process crashed")
+	}
+	crash, err := w.enter(false)
+	if err != nil {
+		return err
+	}
+	apply := func() error {
+		err := ss.CommitSteps(context.WithoutCancel(ctx), b)
+		if err == nil && w.appliedSteps != nil {
+			w.appliedSteps(b)
+		}
+		return err
+	}
+	if crash {
+		applied := w.rng.IntN(2) == 0
+		if applied {
+			applied = apply() == nil
+		}
+		w.die(fmt.Sprintf("in a step commit of run %s (applied: %v)", b.RunID, applied))
+		return unavailable("the process crashed")
+	}
+	switch r := w.rng.Float64(); {
+	case r < w.f.Refuse:
+		w.log = append(w.log, fmt.Sprintf("call %d: step commit of run %s refused", w.calls, b.RunID))
+		return unavailable("commit refused")
+	case r < w.f.Refuse+w.f.LoseReply:
+		if err := apply(); err != nil {
+			return err
+		}
+		w.log = append(w.log, fmt.Sprintf("call %d: reply of step commit of run %s lost", w.calls, b.RunID))
+		return unavailable("reply lost")
+	}
+	return apply()
+}
+
+// ReadSteps implements driver.StepStore.
+func (w *Driver) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
+	ss, err := w.stepStore()
+	if err != nil {
+		return nil, err
+	}
+	return read(ctx, w, "ReadSteps", func() ([]record.Step, error) { return ss.ReadSteps(ctx, runID, afterSeq, limit) })
 }
