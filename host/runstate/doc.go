@@ -16,7 +16,8 @@
 //     idle thread the input gets a new queued run and no policy is asked; on a
 //     busy thread the caller's Decision applies: queue and inject write the
 //     same records (a queued run, or with CoalescePending the input joins the
-//     last queued run, unless the active run took that run's inputs),
+//     last queued run, unless the active run took that run's inputs or
+//     the run was started before and queued again by recovery),
 //     interrupt also names the active run to stop, reject is ErrBusy and
 //     writes nothing. With StartAs, the new run of an idle thread is
 //     started in the same effects, under that owner.

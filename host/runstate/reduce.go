@@ -204,7 +204,9 @@ func admit(s Snapshot, m Admit) (Effects, error) {
 			// Never into a run whose inputs the active run took: the take
 			// was of exactly those inputs, and its run is to be absorbed
 			// whole; the new input is answered next, by a run of its own.
-			if last := len(s.Open) - 1; s.Open[last].State == record.StateQueued && s.Open[last].TakenBy == "" {
+			// Nor into a run that was started before (queued again by
+			// recovery): it resumes from steps the model took without it.
+			if last := len(s.Open) - 1; s.Open[last].State == record.StateQueued && s.Open[last].TakenBy == "" && s.Open[last].Attempt <= 1 {
 				joinIdx = last
 			}
 		}
