@@ -23,6 +23,9 @@ var (
 	ErrKeyReused = runstate.ErrKeyReused
 	// ErrNotQueued: Cancel of a run that is not queued.
 	ErrNotQueued = runstate.ErrNotQueued
+	// ErrTaken: Cancel of a queued run whose inputs the active run took;
+	// the error is a *TakenError naming that run, the one to cancel.
+	ErrTaken = runstate.ErrTaken
 	// ErrNotFound: no such run (or thread).
 	ErrNotFound = driver.ErrNotFound
 	// ErrInvalid: a malformed argument (an empty or too long id, ...).
@@ -33,6 +36,9 @@ var (
 	// idempotency key).
 	ErrUnavailable = driver.ErrUnavailable
 )
+
+// TakenError is the error of a Cancel refused with ErrTaken.
+type TakenError = runstate.TakenError
 
 // Limits on the identifiers the runtime accepts.
 const (

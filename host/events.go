@@ -12,16 +12,17 @@ type EventType string
 
 // The event types, in the order a run emits them.
 const (
-	EventAdmitted     EventType = "admitted"      // the input was accepted (Data: decision, input_message_id)
-	EventStarted      EventType = "started"       // the run became active (Data: attempt)
-	EventStepStarted  EventType = "step_started"  // a model step began (Data: step)
-	EventInputTaken   EventType = "input_taken"   // the run took an input by injection (Data: input_message_id, from_run_id)
-	EventDelta        EventType = "delta"         // ephemeral: text of the step's answer as the model streams it (Data: step, text)
-	EventToolCall     EventType = "tool_call"     // the model called a tool (Data: tool, call_id, idempotency_key)
-	EventToolResult   EventType = "tool_result"   // a tool call ended (Data: tool, call_id, error: "" or what went wrong)
-	EventStepFinished EventType = "step_finished" // a model step ended (Data: step)
-	EventTerminal     EventType = "terminal"      // the run ended (Data: state, reason, error)
-	EventAbsorbed     EventType = "absorbed"      // the run was absorbed (Data: into_run_id)
+	EventAdmitted      EventType = "admitted"       // the input was accepted (Data: decision, input_message_id)
+	EventStarted       EventType = "started"        // the run became active (Data: attempt)
+	EventStepStarted   EventType = "step_started"   // a model step began (Data: step)
+	EventInputTaken    EventType = "input_taken"    // the run took an input by injection (Data: input_message_id, from_run_id)
+	EventDelta         EventType = "delta"          // ephemeral: text of the step's answer as the model streams it (Data: step, text)
+	EventToolCall      EventType = "tool_call"      // the model called a tool (Data: tool, call_id, idempotency_key)
+	EventToolResult    EventType = "tool_result"    // a tool call ended (Data: tool, call_id, error: "" or what went wrong)
+	EventStepFinished  EventType = "step_finished"  // a model step ended (Data: step)
+	EventStepCommitted EventType = "step_committed" // a step record was committed (Data: seq, kind, step)
+	EventTerminal      EventType = "terminal"       // the run ended (Data: state, reason, error)
+	EventAbsorbed      EventType = "absorbed"       // the run was absorbed (Data: into_run_id)
 )
 
 // Event is one thing that happened to a run. Seq orders a run's events from 1.

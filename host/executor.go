@@ -84,17 +84,40 @@ type execution struct {
 	convo []record.Message // what the model has seen so far, in order
 	steps []record.Message // the run's tool exchanges, written if it completes
 	// taken: per queued run, the inputs this run took from it, in the order
-	// the runs were first taken from.
+	// the runs were first taken from; takenAt: how many of steps the run had
+	// when it took them (where the model saw them).
 	taken     map[string][]string
 	takenFrom []string
+	takenAt   map[string]int
 	seen      map[string]bool
+	// durable: the store keeps step records. nextSeq is the Seq of the
+	// run's next step record.
+	durable bool
+	nextSeq int64
+	// resume is where a recovered run continues (see rebuild).
+	resume resumePoint
+}
+
+// resumePoint is where an execution starts: at model step 0, or past the
+// steps its earlier attempts committed.
+type resumePoint struct {
+	step int // the next model step to take
+	// calls: the last committed model message asked for tool calls, and
+	// answered holds those whose results were committed; the rest are made
+	// (again, with the same keys) before step.
+	call     *record.Message
+	answered map[string]bool
+	// final: the last committed model message is the answer; only the
+	// terminal commit is left.
+	final *record.Message
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // execute runs ex's run to its terminal commit, or until it is abandoned.
 func (rt *Runtime) execute(ex *runExec) {
-	e := &execution{rt: rt, ex: ex, run: ex.run, taken: map[string][]string{}, seen: map[string]bool{}}
+	e := &execution{rt: rt, ex: ex, run: ex.run, taken: map[string][]string{}, takenAt: map[string]int{}, seen: map[string]bool{},
+		durable: rt.st.StepsKept(), nextSeq: 1}
 	prompt, err := e.prompt()
 	if err != nil {
 		if ex.ctx.Err() == nil {
@@ -106,10 +129,18 @@ func (rt *Runtime) execute(ex *runExec) {
 	for _, id := range e.run.InputMessageIDs {
 		e.seen[id] = true
 	}
+	if e.durable {
+		if err := e.rebuild(); err != nil {
+			if ex.ctx.Err() == nil {
+				e.fail(fmt.Errorf("resuming from the run's steps: %w", err))
+			}
+			return
+		}
+	}
 	hooks := rt.cfg.PrepareStep
-	if rt.reg != nil {
-		// Installed only when the policy can inject: otherwise no boundary
-		// does any injection work.
+	if rt.reg != nil && e.durable {
+		// Installed only when the policy can inject, and the store keeps
+		// the takes: otherwise no boundary does any injection work.
 		hooks = append(slices.Clip(hooks), model.PrepareStepFunc(e.injectionHook))
 	}
 	tools := map[string]model.Tool{}
@@ -118,7 +149,20 @@ func (rt *Runtime) execute(ex *runExec) {
 		tools[t.Spec().Name] = t
 		names = append(names, t.Spec().Name)
 	}
-	for step := 0; ; step++ {
+	if f := e.resume.final; f != nil {
+		// The answer was committed as a step, the terminal commit was not.
+		e.commit(runstate.CommitTerminal{Reason: record.ReasonCompleted, Answer: f.Content, Steps: e.steps, Absorb: e.absorb()})
+		return
+	}
+	if c := e.resume.call; c != nil {
+		// Tool calls the model asked for before the crash whose results
+		// were not committed: made again, each with its own key.
+		if !e.callTools(tools, e.resume.step-1, c, e.resume.answered) {
+			e.stopped()
+			return
+		}
+	}
+	for step := e.resume.step; ; step++ {
 		if ex.canceled() {
 			rt.log.Info("run canceled while executing", "run", e.run.ID)
 			return
@@ -154,24 +198,195 @@ func (rt *Runtime) execute(ex *runExec) {
 			return
 		}
 		ex.steps.Store(int32(step + 1))
+		final := len(resp.ToolCalls) == 0
+		id := e.run.AssistantMessageID
+		if !final {
+			id = rt.cfg.NewID("msg")
+		}
+		call := record.Message{ID: id, ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}
+		// The model's message is durable before anything acts on it: a
+		// recovered run does not call the model for this step again.
+		if !e.commitStep(step, record.StepModel, call) {
+			e.stopped()
+			return
+		}
 		rt.emit(e.run.ID, e.run.ThreadID, EventStepFinished, map[string]string{"step": itoa(step)})
-		if len(resp.ToolCalls) == 0 {
+		if final {
 			e.commit(runstate.CommitTerminal{Reason: record.ReasonCompleted, Answer: resp.Content, Steps: e.steps, Absorb: e.absorb()})
 			return
 		}
-		call := record.Message{ID: rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}
 		e.convo = append(e.convo, call)
 		e.steps = append(e.steps, call)
-		for i, c := range resp.ToolCalls {
-			if ex.stepCtx.Err() != nil {
-				break // interrupted, canceled or abandoned: the loop's top says which
-			}
-			m := record.Message{ID: rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID,
-				Content: e.callTool(tools, model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}, c)}
-			e.convo = append(e.convo, m)
-			e.steps = append(e.steps, m)
+		if !e.callTools(tools, step, &call, nil) {
+			e.stopped()
+			return
 		}
 	}
+}
+
+// callTools makes the tool calls of model step step's message call, except
+// those answered already, committing each result as soon as it is known.
+// It reports false when the run's step commits were refused (the run is no
+// longer this execution's).
+func (e *execution) callTools(tools map[string]model.Tool, step int, call *record.Message, answered map[string]bool) bool {
+	for i, c := range call.ToolCalls {
+		if answered[c.ID] {
+			continue
+		}
+		if e.ex.stepCtx.Err() != nil {
+			// Interrupted, canceled or abandoned: the loop's top says which.
+			// The calls not made are not in the transcript: a run that does
+			// not complete writes none of it to the history.
+			return true
+		}
+		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID,
+			Content: e.callTool(tools, model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}, c)}
+		if e.ex.stepCtx.Err() != nil && e.ex.ctx.Err() == nil && !e.ex.interrupted() {
+			return true // canceled: its cancel wrote the terminal record
+		}
+		if !e.commitStep(step, record.StepTool, m) {
+			return false
+		}
+		e.convo = append(e.convo, m)
+		e.steps = append(e.steps, m)
+	}
+	return true
+}
+
+// stopped ends an execution whose step commit was refused: the run was
+// canceled, recovered by another host, or this host lost it.
+// Like a fenced terminal commit, it leaves the run to whoever has it now.
+func (e *execution) stopped() {
+	if e.ex.ctx.Err() == nil && !e.ex.canceled() {
+		e.rt.log.Warn("run's step commit refused: the run moved on; this execution stops", "run", e.run.ID)
+	}
+}
+
+// commitStep commits one step record of the run, retrying while the store
+// is unavailable. It reports false when the record cannot be written: the
+// run is no longer this execution's, or the execution was abandoned. Over
+// a store that keeps no steps it writes nothing and reports true.
+func (e *execution) commitStep(step int, kind record.StepKind, m record.Message) bool {
+	if !e.durable {
+		return true
+	}
+	st := record.Step{ID: e.rt.cfg.NewID("step"), RunID: e.run.ID, ThreadID: e.run.ThreadID, Seq: e.nextSeq,
+		Attempt: e.run.Attempt, Model: step, Kind: kind, Message: m, CreatedAt: e.rt.cfg.Now()}
+	backoff := 50 * time.Millisecond
+	for {
+		if e.ex.ctx.Err() != nil {
+			return false
+		}
+		err := e.rt.st.CommitSteps(context.WithoutCancel(e.ex.ctx), e.run, []record.Step{st})
+		switch {
+		case err == nil:
+			e.nextSeq++
+			e.rt.stats.stepCommits.Add(1)
+			e.emitStep(st)
+			return true
+		case errors.Is(err, driver.ErrVersionConflict), errors.Is(err, driver.ErrFenced), !transient(err):
+			e.rt.log.Warn("step commit refused", "run", e.run.ID, "seq", st.Seq, "err", err)
+			return false
+		}
+		e.rt.stats.commitErrors.Add(1)
+		e.rt.log.Warn("step commit failed; retrying", "run", e.run.ID, "err", err, "backoff", backoff)
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return false
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// emitStep emits the event of a committed step record.
+func (e *execution) emitStep(st record.Step) {
+	e.rt.emit(e.run.ID, e.run.ThreadID, EventStepCommitted, map[string]string{"seq": strconv.FormatInt(st.Seq, 10), "kind": string(st.Kind), "step": itoa(st.Model)})
+}
+
+// rebuild reads the steps earlier attempts of the run committed and
+// rebuilds its transcript from them: the inputs it took, at the boundary it
+// took them, and the model and tool messages, in order. It sets where the
+// execution resumes.
+func (e *execution) rebuild() error {
+	var steps []record.Step
+	backoff := 50 * time.Millisecond
+	for {
+		var err error
+		steps, err = e.rt.st.ReadSteps(e.ex.ctx, e.run.ID, 0, 0)
+		if err == nil {
+			break
+		}
+		if !transient(err) || e.ex.ctx.Err() != nil {
+			return err
+		}
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return e.ex.ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	var byID map[string]record.Message
+	for i, st := range steps {
+		if st.Seq != int64(i+1) {
+			return fmt.Errorf("run %s's step log has seq %d at position %d", e.run.ID, st.Seq, i+1)
+		}
+		switch st.Kind {
+		case record.StepTake:
+			if byID == nil {
+				msgs, err := e.rt.st.Messages(e.ex.ctx, e.run.ThreadID)
+				if err != nil {
+					return err
+				}
+				byID = make(map[string]record.Message, len(msgs))
+				for _, m := range msgs {
+					byID[m.ID] = m
+				}
+			}
+			for _, tk := range st.Taken {
+				if _, ok := e.taken[tk.RunID]; !ok {
+					e.takenFrom = append(e.takenFrom, tk.RunID)
+					e.takenAt[tk.RunID] = len(e.steps)
+				}
+				e.taken[tk.RunID] = slices.Clone(tk.InputMessageIDs)
+				for _, id := range tk.InputMessageIDs {
+					m, ok := byID[id]
+					if !ok {
+						return fmt.Errorf("run %s took input %s, which is not in the history", e.run.ID, id)
+					}
+					if !e.seen[id] {
+						e.seen[id] = true
+						e.convo = append(e.convo, m)
+					}
+				}
+			}
+		case record.StepModel:
+			m := st.Message
+			e.resume = resumePoint{step: st.Model + 1}
+			if len(m.ToolCalls) == 0 {
+				e.resume.final = &m
+				continue
+			}
+			e.resume.call, e.resume.answered = &m, map[string]bool{}
+			e.convo = append(e.convo, m)
+			e.steps = append(e.steps, m)
+		case record.StepTool:
+			if e.resume.call == nil || !slices.ContainsFunc(e.resume.call.ToolCalls, func(c record.ToolCall) bool { return c.ID == st.Message.ToolCallID }) {
+				return fmt.Errorf("run %s's step %d answers tool call %q, which its model step did not ask for", e.run.ID, st.Seq, st.Message.ToolCallID)
+			}
+			e.resume.answered[st.Message.ToolCallID] = true
+			e.convo = append(e.convo, st.Message)
+			e.steps = append(e.steps, st.Message)
+		}
+	}
+	if c := e.resume.call; c != nil && len(e.resume.answered) == len(c.ToolCalls) {
+		e.resume.call = nil
+	}
+	e.nextSeq = int64(len(steps)) + 1
+	e.ex.steps.Store(int32(e.resume.step))
+	e.rt.stats.stepsResumed.Add(int64(len(steps)))
+	e.rt.log.Info("run resumes from its steps", "run", e.run.ID, "attempt", e.run.Attempt, "steps", len(steps), "model_step", e.resume.step)
+	return nil
 }
 
 // transient reports whether a failed commit may succeed if tried again.
@@ -230,7 +445,9 @@ func (e *execution) fail(err error) {
 }
 
 // injectionHook takes, at a step boundary, the offered inputs of the queued
-// runs next in line, and adds those not yet taken to the prompt.
+// runs next in line: it commits the take (rule: durable before the model
+// sees it), and only then adds what it took to the prompt. A take the
+// store refuses takes nothing.
 func (e *execution) injectionHook(ctx context.Context, s model.StepSettings) (model.StepSettings, error) {
 	rt := e.rt
 	rt.stats.injectBoundaries.Add(1)
@@ -246,26 +463,59 @@ func (e *execution) injectionHook(ctx context.Context, s model.StepSettings) (mo
 	if len(snap.Runs) == 0 || snap.Runs[0].ID != e.run.ID {
 		return s, nil
 	}
-	// Only a contiguous prefix of the queue, and only runs all of whose
-	// inputs were offered to this run: absorption never skips a queued run,
-	// and never covers part of one.
+	// Only a contiguous prefix of the queue, past the runs taken before,
+	// and only runs all of whose inputs were offered to this run:
+	// absorption never skips a queued run, and never covers part of one.
+	var entries []record.Take
+	offered := map[string][]record.Message{}
 	for _, q := range snap.Runs[1:] {
+		if q.TakenBy == e.run.ID {
+			continue
+		}
+		if q.TakenBy != "" {
+			break
+		}
 		msgs, ok := rt.reg.lookup(thread, e.run.ID, q.InputMessageIDs)
 		if !ok {
 			break
 		}
-		if _, ok := e.taken[q.ID]; !ok {
-			e.takenFrom = append(e.takenFrom, q.ID)
+		entries = append(entries, record.Take{RunID: q.ID, InputMessageIDs: slices.Clone(q.InputMessageIDs)})
+		offered[q.ID] = msgs
+	}
+	if len(entries) == 0 {
+		return s, nil
+	}
+	res, err := rt.st.Take(context.WithoutCancel(ctx), e.run, entries, rt.cfg.NewID("step"), e.nextSeq, s.Step)
+	if err != nil {
+		// Nothing taken; whether the take landed is settled by the store
+		// (a lost reply is read back), so an error here means it did not,
+		// or the run moved on: the next commit says which.
+		rt.log.Warn("injection: the take failed; taking nothing at this boundary", "run", e.run.ID, "err", err)
+		return s, nil
+	}
+	for _, d := range res.Refused {
+		rt.log.Info("injection: take refused", "run", e.run.ID, "queued_run", d.RunID, "reason", d.Reason)
+	}
+	if res.Step == nil {
+		return s, nil
+	}
+	e.nextSeq++
+	rt.stats.stepCommits.Add(1)
+	e.emitStep(*res.Step)
+	for _, tk := range res.Step.Taken {
+		if _, ok := e.taken[tk.RunID]; !ok {
+			e.takenFrom = append(e.takenFrom, tk.RunID)
+			e.takenAt[tk.RunID] = len(e.steps)
 		}
-		e.taken[q.ID] = slices.Clone(q.InputMessageIDs)
-		for _, m := range msgs {
+		e.taken[tk.RunID] = tk.InputMessageIDs
+		for _, m := range offered[tk.RunID] {
 			if e.seen[m.ID] {
 				continue
 			}
 			e.seen[m.ID] = true
 			e.convo = append(e.convo, m)
 			s.Messages = append(s.Messages, m)
-			rt.emit(e.run.ID, thread, EventInputTaken, map[string]string{"input_message_id": m.ID, "from_run_id": q.ID})
+			rt.emit(e.run.ID, thread, EventInputTaken, map[string]string{"input_message_id": m.ID, "from_run_id": tk.RunID})
 		}
 	}
 	return s, nil
@@ -284,7 +534,7 @@ func (e *execution) inputIDs() []string {
 func (e *execution) absorb() []runstate.AbsorbEntry {
 	var out []runstate.AbsorbEntry
 	for _, id := range e.takenFrom {
-		out = append(out, runstate.AbsorbEntry{RunID: id, InputMessageIDs: e.taken[id]})
+		out = append(out, runstate.AbsorbEntry{RunID: id, InputMessageIDs: e.taken[id], At: e.takenAt[id]})
 	}
 	return out
 }

@@ -90,6 +90,15 @@ func newHarness(t *testing.T, d driver.Driver, pol policy.Policy, script model.S
 }
 
 // release lets one model step finish.
+// needSteps skips a test of injection over a driver that keeps no step
+// records: the runtime takes nothing by injection over it.
+func (h *harness) needSteps() {
+	h.t.Helper()
+	if !h.rt.Stats().DurableSteps {
+		h.t.Skip("the driver keeps no step records: injection takes nothing over it")
+	}
+}
+
 func (h *harness) release() {
 	h.t.Helper()
 	select {

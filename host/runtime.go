@@ -179,6 +179,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit, HistoryWindow: cfg.HistoryWindow,
 		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive,
 	})
+	if !rt.st.StepsKept() {
+		rt.log.Warn("the store driver keeps no step records: a recovered run restarts from its first step, and injection takes nothing",
+			"driver", info.Name, "protocol", info.ProtocolVersion)
+	}
 	if m.CanReturn(runstate.ActionInject) {
 		rt.reg = newRegistry()
 	}
@@ -476,6 +480,20 @@ func (rt *Runtime) Run(ctx context.Context, runID string) (record.Run, error) {
 	return r, speak(err)
 }
 
+// Steps returns up to limit step records of run runID with Seq > afterSeq,
+// in order: what the run committed as it went (see record.Step). A run of a
+// store that keeps no step records has none. An unknown run is ErrNotFound.
+func (rt *Runtime) Steps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
+	if _, err := rt.st.GetRun(ctx, runID); err != nil {
+		return nil, speak(err)
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalid, limit)
+	}
+	steps, err := rt.st.ReadSteps(ctx, runID, afterSeq, limit)
+	return steps, speak(err)
+}
+
 // ThreadRuns returns a thread's runs in seq order.
 func (rt *Runtime) ThreadRuns(ctx context.Context, threadID string) ([]record.Run, error) {
 	runs, err := rt.st.ThreadRuns(ctx, threadID)
@@ -574,6 +592,8 @@ type counters struct {
 	recovered        atomic.Int64
 	injectBoundaries atomic.Int64 // boundaries at which the injection hook ran
 	commitErrors     atomic.Int64
+	stepCommits      atomic.Int64 // step records committed (model, tool, take)
+	stepsResumed     atomic.Int64 // step records recovered runs resumed from
 	noticesSent      atomic.Int64
 	noticesReceived  atomic.Int64
 }
@@ -616,6 +636,13 @@ type Stats struct {
 	// work and InjectBoundaries stays 0).
 	InjectHook   bool
 	CommitErrors int64
+	// DurableSteps reports whether the store keeps step records: without
+	// them a recovered run restarts from its first step and injection
+	// takes nothing. StepCommits counts the step records written,
+	// StepsResumed those recovered runs continued from.
+	DurableSteps bool
+	StepCommits  int64
+	StepsResumed int64
 	// With a shared store (several hosts): lease renewals, leases lost,
 	// notices sent to other hosts and received from them.
 	LeaseRenewals   int64
@@ -636,6 +663,9 @@ func (rt *Runtime) Stats() Stats {
 		InjectBoundaries: rt.stats.injectBoundaries.Load(),
 		InjectHook:       rt.reg != nil,
 		CommitErrors:     rt.stats.commitErrors.Load(),
+		DurableSteps:     rt.st.StepsKept(),
+		StepCommits:      rt.stats.stepCommits.Load(),
+		StepsResumed:     rt.stats.stepsResumed.Load(),
 		LeaseRenewals:    rt.lease.renewals.Load(),
 		LeasesLost:       rt.lease.lost.Load(),
 		NoticesSent:      rt.stats.noticesSent.Load(),

@@ -61,6 +61,10 @@ func childHost(dir string) int {
 		return 1
 	}
 	close(bOffered)
+	if !rt.Stats().DurableSteps {
+		fmt.Println("no-steps")
+		select {}
+	}
 	if err := waitFor(rt, tA.RunID, host.EventInputTaken); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -126,6 +130,11 @@ func TestS3HostKilledBetweenTakeAndAnswer(t *testing.T) {
 		t.Fatalf("the child host did not get to the point of the kill: %v", err)
 	}
 	ids := strings.Fields(line)
+	if len(ids) == 1 && ids[0] == "no-steps" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Skip("badgerstore keeps no step records: injection takes nothing over it")
+	}
 	if len(ids) != 2 {
 		t.Fatalf("child printed %q", line)
 	}
@@ -152,7 +161,7 @@ func TestS3HostKilledBetweenTakeAndAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if runs[0].State != record.StateActive || len(runs[0].InputMessageIDs) != 1 || runs[1].State != record.StateQueued {
+			if runs[0].State != record.StateActive || len(runs[0].InputMessageIDs) != 1 || runs[1].State != record.StateQueued || runs[1].TakenBy != runA {
 				t.Fatalf("after the kill: A %+v, B %+v", runs[0], runs[1])
 			}
 			h = newHarness(t, dd, hintPolicy{}, twoSteps)
@@ -163,16 +172,19 @@ func TestS3HostKilledBetweenTakeAndAnswer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	h.releaseN(4) // A again, then B
+	// A resumes from its committed steps with the input it took durably:
+	// only its last model step is left, and it absorbs B.
+	h.release()
 	rA, rB := h.wait(runA), h.wait(runB)
-	if answer(rA) != "summarise this thread" || rA.AnsweredByRunID != runA {
+	want := "summarise this thread | actually, in bullet points"
+	if answer(rA) != want || rA.AnsweredByRunID != runA {
 		t.Fatalf("A: %+v", rA)
 	}
-	if rB.AnsweredByRunID != runB || answer(rB) != "actually, in bullet points" {
+	if rB.AnsweredByRunID != runA {
 		t.Fatalf("B: %+v", rB)
 	}
 	retry := h.submit("T", "actually, in bullet points", "kb", "")
-	if r := h.wait(retry.RunID); !retry.Duplicate || answer(r) != "actually, in bullet points" {
+	if r := h.wait(retry.RunID); !retry.Duplicate || answer(r) != want {
 		t.Fatalf("retry of b's key: %+v %+v", retry, r)
 	}
 }

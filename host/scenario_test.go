@@ -30,6 +30,7 @@ func forEachDriver(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
 // startS1 plays the start of S1: a is in its first step when b arrives with
 // inject, and A takes b at its next boundary.
 func startS1(h *harness) (tA, tB *host.Ticket) {
+	h.needSteps()
 	tA = h.submit("T", "summarise this thread", "ka", "")
 	h.waitEvent(tA.RunID, host.EventStepStarted, "step", "0")
 	tB = h.submit("T", "actually, in bullet points", "kb", "inject")
@@ -55,13 +56,14 @@ func TestS1AbsorbedIntoCompletingRun(t *testing.T) {
 		if b.State != record.StateSuperseded || b.TerminalReason != record.ReasonAbsorbed || b.AbsorbedIntoRunID != a.ID || h.hasMessage("T", b.AssistantMessageID) {
 			t.Fatalf("B = %+v", b)
 		}
-		// Thread history: a, b, then A's tool exchange and answer.
+		// Thread history: what the model saw, in that order: a, A's tool
+		// exchange, b (taken at the boundary after it), and the answer.
 		hist, _ := h.rt.History(context.Background(), "T")
 		var got []string
 		for _, m := range hist {
 			got = append(got, string(m.Role)+":"+m.ID)
 		}
-		wantHist := []string{"user:" + tA.InputMessageID, "user:" + tB.InputMessageID, "assistant:" + hist[2].ID, "tool:" + hist[3].ID, "assistant:" + a.AssistantMessageID}
+		wantHist := []string{"user:" + tA.InputMessageID, "assistant:" + hist[1].ID, "tool:" + hist[2].ID, "user:" + tB.InputMessageID, "assistant:" + a.AssistantMessageID}
 		if !slices.Equal(got, wantHist) {
 			t.Fatalf("history %v, want %v", got, wantHist)
 		}
@@ -100,17 +102,27 @@ func TestS2CloseBetweenTakeAndAnswer(t *testing.T) {
 		if _, err := h.rt.Submit(context.Background(), "T", "late", host.SubmitOptions{}); !errors.Is(err, host.ErrClosed) {
 			t.Fatalf("submit after close: %v", err)
 		}
+		if b := h.run(tB.RunID); b.TakenBy != tA.RunID {
+			t.Fatalf("after close: B was not durably taken by A: %+v", b)
+		}
+		// A resumes where it stopped, with the input it took: its step 0
+		// (the model's call and the tool's result) is not made again, and
+		// only its last step remains.
 		h2 := newHarness(t, d, hintPolicy{}, twoSteps)
-		h2.releaseN(4) // A again (2 steps), then B (2 steps)
+		h2.release()
+		want := "summarise this thread | actually, in bullet points"
 		rA, rB := h2.wait(tA.RunID), h2.wait(tB.RunID)
-		if answer(rA) != "summarise this thread" || rB.AnsweredByRunID != tB.RunID || answer(rB) != "actually, in bullet points" {
+		if answer(rA) != want || rB.AnsweredByRunID != tA.RunID {
 			t.Fatalf("after restart: A %+v, B %+v", rA, rB)
 		}
 		if a := h2.run(tA.RunID); a.Attempt != 2 {
 			t.Fatalf("A's attempt after recovery = %d", a.Attempt)
 		}
+		if st := h2.rt.Stats(); st.StepsResumed == 0 {
+			t.Fatalf("A did not resume from its steps: %+v", st)
+		}
 		retry := h2.submit("T", "actually, in bullet points", "kb", "")
-		if r := h2.wait(retry.RunID); answer(r) != "actually, in bullet points" {
+		if r := h2.wait(retry.RunID); answer(r) != want {
 			t.Fatalf("retry of b's key: %+v", r)
 		}
 	})
@@ -138,6 +150,7 @@ func TestS4NoSkippingTheQueue(t *testing.T) {
 func TestS5CoalescedBeforeLastBoundary(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d driver.Driver) {
 		h := newHarness(t, d, hintPolicy{}, twoSteps)
+		h.needSteps()
 		tA := h.submit("T", "a", "", "")
 		h.waitEvent(tA.RunID, host.EventStepStarted, "step", "0")
 		tB := h.submit("T", "b", "kb", "inject")
@@ -163,24 +176,25 @@ func TestS6CoalescedAfterLastBoundary(t *testing.T) {
 		h := newHarness(t, d, hintPolicy{}, twoSteps)
 		tA, tB := startS1(h)
 		h.waitEvent(tA.RunID, host.EventStepStarted, "step", "1") // the last boundary has passed
+		// A took B durably: the new input does not coalesce into it (it
+		// would make the take stale, and b be answered twice), it gets a
+		// run of its own.
 		tC := h.submit("T", "shorter", "kc", "inject+coalesce")
-		if tC.RunID != tB.RunID {
-			t.Fatal("c did not join B")
+		if tC.RunID == tB.RunID {
+			t.Fatal("c joined B, which A took")
 		}
 		h.release()
-		rA := h.wait(tA.RunID)
-		if answer(rA) != "summarise this thread | actually, in bullet points" || h.run(tA.RunID).State != record.StateCompleted {
-			t.Fatalf("A: %+v", rA)
-		}
-		if b := h.run(tB.RunID); b.State != record.StateQueued && b.State != record.StateActive {
-			t.Fatalf("B was absorbed though its inputs changed: %+v", b)
+		rA, rB := h.wait(tA.RunID), h.wait(tB.RunID)
+		want := "summarise this thread | actually, in bullet points"
+		if answer(rA) != want || rB.AnsweredByRunID != tA.RunID {
+			t.Fatalf("A: %+v\nB: %+v", rA, rB)
 		}
 		h.releaseN(2)
-		rB := h.wait(tB.RunID)
-		if rB.AnsweredByRunID != tB.RunID || answer(rB) != "actually, in bullet points | shorter" {
-			t.Fatalf("B: %+v", rB)
+		rC := h.wait(tC.RunID)
+		if rC.AnsweredByRunID != tC.RunID || answer(rC) != "shorter" {
+			t.Fatalf("C: %+v", rC)
 		}
-		if h.rt.Stats().DroppedAbsorbs != 1 {
+		if h.rt.Stats().DroppedAbsorbs != 0 {
 			t.Fatalf("stats: %+v", h.rt.Stats())
 		}
 	})
@@ -280,8 +294,12 @@ func TestS11NoInjectionWork(t *testing.T) {
 		tC := h2.submit("U", "c", "", "")
 		h2.releaseN(2)
 		h2.wait(tC.RunID)
-		if n := h2.rt.Stats().InjectBoundaries; n != 2 {
-			t.Fatalf("the injection hook ran at %d boundaries, want 2", n)
+		want := int64(2)
+		if !h2.rt.Stats().DurableSteps {
+			want = 0 // without step records, injection takes nothing and has no hook
+		}
+		if n := h2.rt.Stats().InjectBoundaries; n != want {
+			t.Fatalf("the injection hook ran at %d boundaries, want %d", n, want)
 		}
 	})
 }
@@ -310,17 +328,31 @@ func TestS13CanceledBeforeCommit(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d driver.Driver) {
 		h := newHarness(t, d, hintPolicy{}, twoSteps)
 		tA, tB := startS1(h)
-		if _, err := h.rt.Cancel(context.Background(), tB.RunID); err != nil {
-			t.Fatal(err)
+		// A took b: b cannot be withdrawn behind A's back.
+		_, err := h.rt.Cancel(context.Background(), tB.RunID)
+		var te *host.TakenError
+		if !errors.Is(err, host.ErrTaken) || !errors.As(err, &te) || te.TakenBy != tA.RunID {
+			t.Fatalf("cancel of a taken run: %v", err)
 		}
 		h.release()
 		rA := h.wait(tA.RunID)
 		a := h.run(tA.RunID)
-		if a.State != record.StateCompleted || len(a.InputMessageIDs) != 1 || h.rt.Stats().DroppedAbsorbs != 1 {
+		if a.State != record.StateCompleted || len(a.InputMessageIDs) != 2 || h.rt.Stats().DroppedAbsorbs != 0 {
 			t.Fatalf("A: %+v %+v", a, rA)
 		}
-		if rB := h.wait(tB.RunID); rB.TerminalReason != record.ReasonCanceled || rB.Answer != nil {
+		if rB := h.wait(tB.RunID); rB.AnsweredByRunID != tA.RunID {
 			t.Fatalf("B: %+v", rB)
+		}
+		// A queued run nobody took is canceled as before.
+		tC := h.submit("T", "c", "", "")
+		tD := h.submit("T", "d", "", "queue")
+		if _, err := h.rt.Cancel(context.Background(), tD.RunID); err != nil {
+			t.Fatal(err)
+		}
+		h.releaseN(2)
+		h.wait(tC.RunID)
+		if rD := h.wait(tD.RunID); rD.TerminalReason != record.ReasonCanceled || rD.Answer != nil {
+			t.Fatalf("D: %+v", rD)
 		}
 	})
 }

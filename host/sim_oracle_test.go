@@ -33,6 +33,13 @@ import (
 //     answer came from an execution by the run's owner.
 //   - Recovery: a run is started at most MaxAttempts times, and a run
 //     abandoned for its attempts was started that many times.
+//   - I9: no model call is made for a model step whose message the run
+//     committed, and no tool call is made once its result is committed.
+//   - I10: every execution of one tool call carries the same key.
+//   - I11: no completed run's answer holds an input of a run that ended
+//     canceled. I11b: no input is in the answers of two completed runs
+//     (with rules 3 and 6 this holds even across crashes: a run that took
+//     an input either absorbs its run or does not answer).
 type oracle struct {
 	mu          sync.Mutex
 	pending     []driver.Batch
@@ -45,10 +52,120 @@ type oracle struct {
 
 	execs  execLog
 	owners map[string]string // process epoch → the owner its runs execute under
+
+	// Step records and calls, in one order (clock): what was committed
+	// when, and what the model and the tools were asked when.
+	clock      int64
+	modelSteps map[string]int64          // run/step → when its model message was committed
+	toolSteps  map[string]int64          // idempotency key → when its result was committed
+	lastCall   map[string]record.Message // run → its last committed model message
+	finals     map[string]string         // run → the answer committed as its last model step
+	calls      []modelCall               // model calls not judged yet
+	toolExecs  []toolExec                // tool executions not judged yet
+	callKeys   map[string]string         // run/call id → the key its executions carried
+	answeredBy map[string]string         // input content → the completed run whose answer holds it
+	contentRun map[string]string         // input content → its run
+}
+
+type modelCall struct {
+	at         int64
+	firstInput string // the run's first input: the model does not know the run's id
+	step       int
+}
+
+type toolExec struct {
+	at   int64
+	call model.Call
 }
 
 func newOracle(maxAttempts int) *oracle {
-	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{}}
+	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{},
+		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
+		callKeys: map[string]string{}, answeredBy: map[string]string{}, contentRun: map[string]string{}}
+}
+
+// stepsApplied records step records the store underneath applied (alone, or
+// inside a batch); the oracle's lock is held.
+func (o *oracle) stepsApplied(steps []record.Step) {
+	for _, st := range steps {
+		o.clock++
+		switch st.Kind {
+		case record.StepModel:
+			o.modelSteps[fmt.Sprintf("%s/%d", st.RunID, st.Model)] = o.clock
+			o.lastCall[st.RunID] = st.Message
+			if len(st.Message.ToolCalls) == 0 {
+				o.finals[st.RunID] = st.Message.Content
+			}
+		case record.StepTool:
+			i := slices.IndexFunc(o.lastCall[st.RunID].ToolCalls, func(c record.ToolCall) bool { return c.ID == st.Message.ToolCallID })
+			if i < 0 {
+				o.failf("I12: run %s committed the result of tool call %s, which its last model step did not ask for", st.RunID, st.Message.ToolCallID)
+				continue
+			}
+			o.toolSteps[model.Call{RunID: st.RunID, Step: st.Model, Index: i}.IdempotencyKey()] = o.clock
+		}
+	}
+}
+
+// stepBatchApplied is the fault wrapper's OnSteps callback.
+func (o *oracle) stepBatchApplied(b driver.StepBatch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stepsApplied(b.Steps)
+}
+
+// modelCalled records that the model was asked for step of the run whose
+// first input is firstInput.
+func (o *oracle) modelCalled(firstInput string, step int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.clock++
+	o.calls = append(o.calls, modelCall{at: o.clock, firstInput: firstInput, step: step})
+}
+
+// toolCalled records an execution of a tool call.
+func (o *oracle) toolCalled(c model.Call) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.clock++
+	o.toolExecs = append(o.toolExecs, toolExec{at: o.clock, call: c})
+}
+
+// judgeCalls judges the calls recorded since the last time (I9, I10).
+func (o *oracle) judgeCalls() {
+	o.mu.Lock()
+	calls, execs := o.calls, o.toolExecs
+	o.calls, o.toolExecs = nil, nil
+	o.mu.Unlock()
+	byFirst := map[string]string{}
+	for _, r := range o.runs {
+		if len(r.InputMessageIDs) > 0 {
+			byFirst[r.InputMessageIDs[0]] = r.ID
+		}
+	}
+	for _, c := range calls {
+		run := byFirst[c.firstInput]
+		o.mu.Lock()
+		at, ok := o.modelSteps[fmt.Sprintf("%s/%d", run, c.step)]
+		o.mu.Unlock()
+		if ok && at < c.at {
+			o.failf("I9: run %s's model step %d was called again after its message was committed", run, c.step)
+		}
+	}
+	for _, e := range execs {
+		key := e.call.IdempotencyKey()
+		o.mu.Lock()
+		at, ok := o.toolSteps[key]
+		o.mu.Unlock()
+		if ok && at < e.at {
+			o.failf("I9: tool call %s was made again after its result was committed", key)
+		}
+		id := e.call.RunID + "/" + e.call.ID
+		if k, seen := o.callKeys[id]; seen && k != key {
+			o.failf("I10: tool call %s was executed with key %s, and before with %s", id, key, k)
+		}
+		o.callKeys[id] = key
+	}
 }
 
 // applied records a batch the store underneath applied; it is called under
@@ -57,6 +174,7 @@ func (o *oracle) applied(b driver.Batch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pending = append(o.pending, b)
+	o.stepsApplied(b.Steps)
 }
 
 // judge folds the batches applied since the last call into the model and
@@ -69,6 +187,7 @@ func (o *oracle) judge() string {
 	for _, b := range bs {
 		o.batch(b)
 	}
+	o.judgeCalls()
 	if len(o.bad) > 0 {
 		return o.bad[0]
 	}
@@ -105,6 +224,7 @@ func (o *oracle) batch(b driver.Batch) {
 	for _, m := range b.Messages {
 		if m.Role == record.RoleUser {
 			o.inputs[m.RunID] = append(o.inputs[m.RunID], m)
+			o.contentRun[m.Content] = m.RunID
 		}
 	}
 	var completed []record.Run
@@ -129,6 +249,14 @@ func (o *oracle) batch(b driver.Batch) {
 		case r.TerminalReason == record.ReasonCanceled:
 			if prev.State != record.StateQueued && prev.State != record.StateActive {
 				o.failf("cancel: run %s was %s, not open, when it was canceled", r.ID, prev.State)
+			}
+			if prev.TakenBy != "" {
+				o.failf("rule 5: run %s was canceled while run %s had taken its inputs", r.ID, prev.TakenBy)
+			}
+			for _, in := range o.inputs[r.ID] {
+				if by, ok := o.answeredBy[in.Content]; ok {
+					o.failf("I11: run %s was canceled, but its input %q is in the answer of run %s", r.ID, in.Content, by)
+				}
 			}
 		case r.State == record.StateSuperseded:
 			if prev.State != record.StateQueued {
@@ -186,8 +314,27 @@ func (o *oracle) answered(b driver.Batch, r record.Run) {
 		o.failf("I1: run %s completed without its answer in the same batch", r.ID)
 		return
 	}
-	if _, epoch, _ := strings.Cut(ans, "\n@"); o.owners[epoch] != r.Owner {
+	// The answer came from an execution by the run's owner, or, committed
+	// as the run's last model step, from an earlier one (the run resumed
+	// with only its terminal commit left).
+	o.mu.Lock()
+	final, resumed := o.finals[r.ID]
+	o.mu.Unlock()
+	if _, epoch, _ := strings.Cut(ans, "\n@"); o.owners[epoch] != r.Owner && !(resumed && final == ans) {
 		o.failf("owner: run %s, owned by %s, completed with an answer computed by %s", r.ID, r.Owner, epoch)
+	}
+	for _, part := range answerParts(ans) {
+		run, ok := o.contentRun[part]
+		if !ok {
+			continue
+		}
+		if by, twice := o.answeredBy[part]; twice && by != r.ID {
+			o.failf("I11b: input %q is in the answers of runs %s and %s", part, by, r.ID)
+		}
+		o.answeredBy[part] = r.ID
+		if w, ok := o.runs[run]; ok && w.TerminalReason == record.ReasonCanceled {
+			o.failf("I11: run %s's answer holds input %q of run %s, which ended canceled", r.ID, part, run)
+		}
 	}
 	for _, in := range o.inputs[r.ID] {
 		if !slices.Contains(answerParts(ans), in.Content) {
@@ -301,12 +448,27 @@ func (l *execLog) shown(answer, id string) bool {
 // recordingModel records every final answer with the prompt it came from,
 // and tags the answer with the epoch of the runtime that computed it.
 type recordingModel struct {
-	m     model.Model
-	log   *execLog
-	epoch string // set by the runtime's first NewID("epoch"), before any step
+	m      model.Model
+	log    *execLog
+	epoch  string  // set by the runtime's first NewID("epoch"), before any step
+	oracle *oracle // told of every call
+}
+
+// recordingTool is the lookup tool, telling the oracle of every execution.
+type recordingTool struct{ oracle *oracle }
+
+func (recordingTool) Spec() model.ToolSpec { return lookupTool{}.Spec() }
+func (t recordingTool) Call(ctx context.Context, args string) (string, error) {
+	if c, ok := model.CallFrom(ctx); ok {
+		t.oracle.toolCalled(c)
+	}
+	return "found", nil
 }
 
 func (r *recordingModel) Step(ctx context.Context, req model.Request, stream func(string)) (model.Response, error) {
+	if r.oracle != nil && len(req.RunInputIDs) > 0 {
+		r.oracle.modelCalled(req.RunInputIDs[0], req.Step)
+	}
 	resp, err := r.m.Step(ctx, req, stream)
 	if err != nil || len(resp.ToolCalls) > 0 {
 		return resp, err

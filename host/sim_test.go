@@ -151,9 +151,10 @@ func (s *sim) start() {
 	}
 	for i := 0; ; i++ {
 		s.fs = faultstore.New(s.mem, rand.New(rand.NewPCG(s.seed, uint64(s.ids.Add(1)))), s.faults, s.or.applied)
-		rec := &recordingModel{m: m, log: &s.or.execs}
+		s.fs.OnSteps(s.or.stepBatchApplied)
+		rec := &recordingModel{m: m, log: &s.or.execs, oracle: s.or}
 		rt, err := host.New(context.Background(), host.Config{
-			Driver: s.fs, Policy: hintPolicy{}, Model: rec, Tools: []model.Tool{lookupTool{}},
+			Driver: s.fs, Policy: hintPolicy{}, Model: rec, Tools: []model.Tool{recordingTool{s.or}},
 			MaxConcurrentRuns: 2, MaxAttempts: s.maxAttempts,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			NewID: func(p string) string {
@@ -334,6 +335,9 @@ func (s *sim) cancel() {
 	s.logf("cancel %s (%s) -> %v", r.ID, r.State, err)
 	switch {
 	case err == nil, errors.Is(err, runstate.ErrNotQueued), transientErr(err), s.fs.Dead():
+	case errors.Is(err, runstate.ErrTaken):
+		// Rule 5: the active run took its inputs (checked by the oracle:
+		// no cancel of a taken run ever lands).
 	default:
 		s.t.Fatalf("cancel %s: %v", r.ID, err)
 	}

@@ -80,6 +80,7 @@ func goGuest(t *testing.T, name string) []byte {
 func TestWasmPolicyScenarios(t *testing.T) {
 	t.Run("S1 refine injects a refinement", func(t *testing.T) {
 		h := newHarness(t, launchBuiltin(t, "memstore", nil), wasmPolicy(t, standard.RefineC), twoSteps)
+		h.needSteps()
 		tA := h.submit("T", "summarise this thread", "", "")
 		h.waitEvent(tA.RunID, host.EventStepStarted, "step", "0")
 		tB := h.submit("T", "actually, in bullet points", "", "")

@@ -91,6 +91,7 @@ var routes = []struct {
 	{"GET /v1/runs/{run_id}", (*Handler).getRun},
 	{"GET /v1/runs/{run_id}/result", (*Handler).result},
 	{"GET /v1/runs/{run_id}/events", (*Handler).events},
+	{"GET /v1/runs/{run_id}/steps", (*Handler).steps},
 	{"POST /v1/runs/{run_id}/cancel", (*Handler).cancel},
 	{"GET /healthz", (*Handler).healthz},
 	{"GET /metrics", (*Handler).metrics},
@@ -276,20 +277,29 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	Code   string `json:"code"`
+	// TakenBy is set with code taken: the active run that took the
+	// canceled run's inputs.
+	TakenBy string `json:"taken_by,omitempty"`
 }
 
 func problem(w http.ResponseWriter, status int, code, detail string) {
+	writeProblem(w, Problem{Status: status, Code: code, Detail: detail})
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	p.Type, p.Title = "https://agenthost.dev/problems/"+p.Code, http.StatusText(p.Status)
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(Problem{
-		Type: "https://agenthost.dev/problems/" + code, Title: http.StatusText(status), Status: status, Detail: detail, Code: code,
-	})
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
 }
 
 // fail maps an error from the runtime to a problem.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var mbe *http.MaxBytesError
+	var te *host.TakenError
 	switch {
+	case errors.As(err, &te):
+		writeProblem(w, Problem{Status: http.StatusConflict, Code: "taken", Detail: err.Error(), TakenBy: te.TakenBy})
 	case errors.As(err, &mbe), errors.Is(err, host.ErrTooLarge):
 		problem(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
 	case errors.Is(err, host.ErrBusy):
@@ -403,6 +413,8 @@ type Run struct {
 	InputMessageIDs    []string   `json:"input_message_ids"`
 	AssistantMessageID string     `json:"assistant_message_id"`
 	AbsorbedIntoRunID  string     `json:"absorbed_into_run_id,omitempty"`
+	TakenBy            string     `json:"taken_by,omitempty"`
+	TranscriptIDs      []string   `json:"transcript_ids,omitempty"`
 	Attempt            int        `json:"attempt"`
 	Error              string     `json:"error,omitempty"`
 	CreatedAt          time.Time  `json:"created_at"`
@@ -420,6 +432,7 @@ func toRun(r record.Run) Run {
 	return Run{
 		ID: r.ID, ThreadID: r.ThreadID, Seq: r.Seq, State: string(r.State), TerminalReason: string(r.TerminalReason),
 		InputMessageIDs: r.InputMessageIDs, AssistantMessageID: r.AssistantMessageID, AbsorbedIntoRunID: r.AbsorbedIntoRunID,
+		TakenBy: r.TakenBy, TranscriptIDs: r.TranscriptIDs,
 		Attempt: r.Attempt, Error: r.Error, CreatedAt: r.CreatedAt, StartedAt: opt(r.StartedAt), EndedAt: opt(r.EndedAt),
 	}
 }
@@ -602,10 +615,7 @@ func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]Message, len(msgs))
 	for i, m := range msgs {
-		out[i] = Message{ID: m.ID, RunID: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, Hint: m.Hint, Metadata: m.Metadata, ToolCallID: m.ToolCallID, CreatedAt: m.CreatedAt}
-		for _, c := range m.ToolCalls {
-			out[i].ToolCalls = append(out[i].ToolCalls, ToolCall(c))
-		}
+		out[i] = toMessage(m)
 	}
 	writeJSON(w, http.StatusOK, MessagePage{ThreadID: thread, Messages: out, NextCursor: next})
 }
@@ -704,6 +714,85 @@ func (h *Handler) listThreads(w http.ResponseWriter, r *http.Request) {
 		out.Threads[i] = ThreadSummary{ID: t.ID, Version: t.Version, OpenRunIDs: open, Busy: len(t.OpenRunIDs) > 0, UpdatedAt: t.UpdatedAt}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func toMessage(m record.Message) Message {
+	out := Message{ID: m.ID, RunID: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content, Hint: m.Hint, Metadata: m.Metadata, ToolCallID: m.ToolCallID, CreatedAt: m.CreatedAt}
+	for _, c := range m.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, ToolCall(c))
+	}
+	return out
+}
+
+// Step is a step record on the wire.
+type Step struct {
+	ID        string    `json:"id"`
+	RunID     string    `json:"run_id"`
+	Seq       int64     `json:"seq"`
+	Attempt   int       `json:"attempt"`
+	ModelStep int       `json:"model_step"`
+	Kind      string    `json:"kind"`
+	Message   *Message  `json:"message,omitempty"`
+	Taken     []Take    `json:"taken,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Take is what a take step took from one queued run.
+type Take struct {
+	RunID           string   `json:"run_id"`
+	InputMessageIDs []string `json:"input_message_ids"`
+}
+
+// Paging of GET /v1/runs/{run_id}/steps.
+const (
+	defaultStepsLimit = 100
+	maxStepsLimit     = 1000
+)
+
+func (h *Handler) steps(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.pathID(w, r, "run_id")
+	if !ok {
+		return
+	}
+	after, limit := int64(0), defaultStepsLimit
+	q := r.URL.Query()
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			h.fail(w, r, fmt.Errorf("%w: after must be a step seq (an integer ≥ 0)", host.ErrInvalid))
+			return
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxStepsLimit {
+			h.fail(w, r, fmt.Errorf("%w: limit must be an integer from 1 to %d", host.ErrInvalid, maxStepsLimit))
+			return
+		}
+		limit = n
+	}
+	steps, err := h.rt.Steps(r.Context(), id, after, limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := make([]Step, len(steps))
+	for i, st := range steps {
+		out[i] = Step{ID: st.ID, RunID: st.RunID, Seq: st.Seq, Attempt: st.Attempt, ModelStep: st.Model, Kind: string(st.Kind), CreatedAt: st.CreatedAt}
+		if st.Kind == record.StepModel || st.Kind == record.StepTool {
+			m := toMessage(st.Message)
+			out[i].Message = &m
+		}
+		for _, tk := range st.Taken {
+			out[i].Taken = append(out[i].Taken, Take{RunID: tk.RunID, InputMessageIDs: tk.InputMessageIDs})
+		}
+	}
+	body := map[string]any{"run_id": id, "steps": out}
+	if len(steps) == limit {
+		body["next_after"] = steps[len(steps)-1].Seq
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {

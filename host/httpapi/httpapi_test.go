@@ -47,7 +47,13 @@ type server struct {
 // (release) when gated, and answer at once otherwise.
 func newServer(t testing.TB, gated bool, opt httpapi.Options) *server {
 	t.Helper()
-	m, err := model.NewScripted(model.Script{})
+	return newServerWith(t, gated, opt, model.Script{})
+}
+
+// newServerWith is newServer with a model script and its tools.
+func newServerWith(t testing.TB, gated bool, opt httpapi.Options, script model.Script, tools ...model.Tool) *server {
+	t.Helper()
+	m, err := model.NewScripted(script)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +70,7 @@ func newServer(t testing.TB, gated bool, opt httpapi.Options) *server {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lat := &httpapi.CommitLatency{}
-	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
+	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Tools: tools, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,13 +294,13 @@ func TestEventsResumable(t *testing.T) {
 		last = id
 	}
 	// The scripted model streams its answer in one piece.
-	want := []string{"admitted", "started", "step_started", "delta", "step_finished", "terminal"}
+	want := []string{"admitted", "started", "step_started", "delta", "step_committed", "step_finished", "terminal"}
 	if !slices.Equal(types, want) {
 		t.Fatalf("events %v, want %v", types, want)
 	}
 	// Resuming after event 3 gives the rest.
 	rest := readEvents(t, s, adm.RunID, "3")
-	if len(rest) != 3 || rest[0].id != "4" || rest[2].typ != "terminal" {
+	if len(rest) != 4 || rest[0].id != "4" || rest[3].typ != "terminal" {
 		t.Fatalf("resumed: %+v", rest)
 	}
 	resp, b := s.do(t, "GET", "/v1/runs/"+adm.RunID+"/events", "", "Last-Event-ID", "x")
@@ -382,4 +388,78 @@ func TestEventsKeepAlive(t *testing.T) {
 		t.Fatalf("%d keep-alive comments before the stream ended (%v)", comments, sc.Err())
 	}
 	s.gate <- struct{}{}
+}
+
+// lookupTool answers every call with "found".
+type lookupTool struct{}
+
+func (lookupTool) Spec() model.ToolSpec                         { return model.ToolSpec{Name: "lookup"} }
+func (lookupTool) Call(context.Context, string) (string, error) { return "found", nil }
+
+// waitRun polls run id until ok holds for it.
+func (s *server) waitRun(t *testing.T, id string, ok func(httpapi.Run) bool) httpapi.Run {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, body := s.do(t, "GET", "/v1/runs/"+id, "")
+		r := decode[httpapi.Run](t, body)
+		if ok(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: %s", id, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCancelTakenAndSteps: a queued run whose input the active run took
+// cannot be canceled (409 taken, naming the taker); the taker's steps are
+// readable, in order, page by page.
+func TestCancelTakenAndSteps(t *testing.T) {
+	script := model.Script{Steps: []model.ScriptStep{{Tool: &model.ScriptTool{Name: "lookup"}}, {Answer: "echo"}}}
+	s := newServerWith(t, true, httpapi.Options{}, script, lookupTool{})
+	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"question A"}`)
+	a := decode[httpapi.Admission](t, body)
+	s.waitRun(t, a.RunID, func(r httpapi.Run) bool { return r.State == "active" })
+	_, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"refine b","hint":"inject"}`)
+	b := decode[httpapi.Admission](t, body)
+	s.gate <- struct{}{} // step 0 calls the tool; at the boundary A takes b
+	s.waitRun(t, b.RunID, func(r httpapi.Run) bool { return r.TakenBy == a.RunID })
+	resp, body := s.do(t, "POST", "/v1/runs/"+b.RunID+"/cancel", "")
+	wantProblem(t, resp, body, 409, "taken")
+	if p := decode[httpapi.Problem](t, body); p.TakenBy != a.RunID {
+		t.Fatalf("problem %+v, want taken_by %s", p, a.RunID)
+	}
+	s.gate <- struct{}{} // step 1 answers
+	_, body = s.do(t, "GET", "/v1/runs/"+b.RunID+"/result?wait=1m", "")
+	if res := decode[httpapi.Result](t, body); res.AnsweredByRunID != a.RunID || res.Answer == nil || res.Answer.Content != "question A | refine b" {
+		t.Fatalf("b's result: %s", body)
+	}
+	var kinds []string
+	after := "0"
+	for {
+		resp, body := s.do(t, "GET", "/v1/runs/"+a.RunID+"/steps?limit=3&after="+after, "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("steps: %d %s", resp.StatusCode, body)
+		}
+		page := decode[struct {
+			Steps     []httpapi.Step `json:"steps"`
+			NextAfter *int64         `json:"next_after"`
+		}](t, body)
+		for _, st := range page.Steps {
+			kinds = append(kinds, st.Kind)
+		}
+		if page.NextAfter == nil {
+			break
+		}
+		after = strconv.FormatInt(*page.NextAfter, 10)
+	}
+	if want := []string{"model", "tool", "take", "model"}; !slices.Equal(kinds, want) {
+		t.Fatalf("steps %v, want %v", kinds, want)
+	}
+	resp, body = s.do(t, "GET", "/v1/runs/"+a.RunID+"/steps?limit=0", "")
+	wantProblem(t, resp, body, 400, "bad_request")
+	resp, body = s.do(t, "GET", "/v1/runs/nope/steps", "")
+	wantProblem(t, resp, body, 404, "not_found")
 }
