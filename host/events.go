@@ -1,10 +1,16 @@
 package host
 
 import (
+	"context"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/model"
 )
 
 // EventType names what happened to a run.
@@ -25,11 +31,11 @@ const (
 	EventAbsorbed      EventType = "absorbed"       // the run was absorbed (Data: into_run_id)
 )
 
-// Event is one thing that happened to a run. Seq orders a run's events from 1.
-// Events are kept in memory by the process that saw them; the run's durable
-// record is the authority on its state. Delta events are ephemeral even
-// there: they are dropped deltaGrace after their run settled (the answer
-// holds the text), so a client resuming later sees none of them.
+// Event is one thing that happened to a run. As Events returns them, kept in
+// memory by the process that saw them, Seq orders a run's events from 1;
+// delta events are dropped deltaGrace after their run settled (the answer
+// holds the text). As RunEvents returns them, derived from the run's
+// committed records, Seq is the event's durable id (see eventSlots).
 type Event struct {
 	Seq      int64
 	RunID    string
@@ -115,4 +121,107 @@ func (l *eventLog) since(runID string, seq int64) ([]Event, <-chan struct{}) {
 		return nil, re.changed
 	}
 	return append([]Event(nil), re.events[i:]...), re.changed
+}
+
+// Durable events. A run's durable events (admitted, started, step_committed,
+// input_taken, tool_call, tool_result, terminal, absorbed) are derived from
+// its committed records, not from what this process saw: any host of the
+// store, before or after a restart, derives the same events with the same
+// ids, so a client resumes with Last-Event-ID wherever it reconnects.
+//
+// The id of an event is its place in the run's records: the events of step
+// record Seq s have ids s·eventSlots + k (k = 0: the start of an attempt
+// whose first record it is; 1: step_committed; 2…: the calls, takes or
+// result it holds); admitted is 1; the start of an attempt with no record
+// yet, and the terminal event, take the slots of the record that would come
+// next (k = 0 and eventSlots−1). Ids only grow along the run.
+const eventSlots = 1 << 20
+
+// IsDurableEvent reports whether events of type typ are derived from the
+// records (RunEvents); the others (step_started, delta, step_finished) are
+// ephemeral, kept only by the process that saw them.
+func IsDurableEvent(typ EventType) bool {
+	switch typ {
+	case EventStepStarted, EventDelta, EventStepFinished:
+		return false
+	}
+	return true
+}
+
+// RunEvents returns the durable events of run runID with an id greater than
+// after, in id order, derived from its record and step log, and the run's
+// record. An id past the run's last event gives none: nothing is invented.
+func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]Event, record.Run, error) {
+	run, err := rt.st.GetRun(ctx, runID)
+	if err != nil {
+		return nil, record.Run{}, speak(err)
+	}
+	steps, err := rt.st.ReadSteps(ctx, runID, 0, 0)
+	if err != nil {
+		return nil, record.Run{}, speak(err)
+	}
+	var out []Event
+	add := func(id int64, typ EventType, at time.Time, data map[string]string) {
+		if id > after {
+			out = append(out, Event{Seq: id, RunID: run.ID, ThreadID: run.ThreadID, Type: typ, Time: at, Data: data})
+		}
+	}
+	first := ""
+	if len(run.InputMessageIDs) > 0 {
+		first = run.InputMessageIDs[0]
+	}
+	add(1, EventAdmitted, run.CreatedAt, map[string]string{"input_message_id": first})
+	started := func(base int64, attempt int, at time.Time) {
+		if attempt == run.Attempt && !run.StartedAt.IsZero() {
+			at = run.StartedAt
+		}
+		add(base, EventStarted, at, map[string]string{"attempt": strconv.Itoa(attempt)})
+	}
+	attempt := 0
+	toolNames := map[string]string{}
+	last := int64(0)
+	for _, st := range steps {
+		base := st.Seq * eventSlots
+		last = st.Seq
+		if st.Attempt != attempt {
+			attempt = st.Attempt
+			started(base, attempt, st.CreatedAt)
+		}
+		step := strconv.Itoa(st.Model)
+		add(base+1, EventStepCommitted, st.CreatedAt, map[string]string{"seq": strconv.FormatInt(st.Seq, 10), "kind": string(st.Kind), "step": step})
+		k := int64(2)
+		switch st.Kind {
+		case record.StepModel:
+			for i, c := range st.Message.ToolCalls {
+				toolNames[c.ID] = c.Name
+				key := model.Call{RunID: run.ID, Step: st.Model, Index: i, ID: c.ID}.IdempotencyKey()
+				add(base+k, EventToolCall, st.CreatedAt, map[string]string{"tool": c.Name, "call_id": c.ID, "idempotency_key": key, "step": step})
+				k++
+			}
+		case record.StepTool:
+			errText, _ := strings.CutPrefix(st.Message.Content, "error: ")
+			if errText == st.Message.Content {
+				errText = ""
+			}
+			add(base+k, EventToolResult, st.CreatedAt, map[string]string{"tool": toolNames[st.Message.ToolCallID], "call_id": st.Message.ToolCallID, "error": errText, "step": step})
+		case record.StepTake:
+			for _, tk := range st.Taken {
+				for _, id := range tk.InputMessageIDs {
+					add(base+k, EventInputTaken, st.CreatedAt, map[string]string{"input_message_id": id, "from_run_id": tk.RunID, "step": step})
+					k++
+				}
+			}
+		}
+	}
+	next := (last + 1) * eventSlots
+	if !run.StartedAt.IsZero() && run.Attempt != attempt {
+		started(next, run.Attempt, run.StartedAt)
+	}
+	switch {
+	case run.TerminalReason == record.ReasonAbsorbed:
+		add(next+eventSlots-1, EventAbsorbed, run.EndedAt, map[string]string{"into_run_id": run.AbsorbedIntoRunID})
+	case IsTerminal(run.State):
+		add(next+eventSlots-1, EventTerminal, run.EndedAt, map[string]string{"state": string(run.State), "reason": string(run.TerminalReason), "error": run.Error})
+	}
+	return out, run, nil
 }

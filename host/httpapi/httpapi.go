@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -799,27 +801,32 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "epoch": h.rt.Epoch()})
 }
 
-// events streams a run's events as Server-Sent Events. Each event's id is
-// its seq; a client resumes with Last-Event-ID. The stream ends after the
-// run's terminal (or absorbed) event. Events are kept by the process that
-// saw them: after a restart a settled run's stream holds one terminal event
-// built from its durable record.
+// events streams a run's events as Server-Sent Events. Durable events are
+// derived from the run's committed records (host.Runtime.RunEvents): each
+// has an id, the same on every host and after a restart, and a client
+// resumes after it with Last-Event-ID. Ephemeral events (step_started,
+// delta, step_finished) come from this process's memory and carry no id: a
+// reconnecting client gets none of those it missed. The stream ends after
+// the run's terminal (or absorbed) event.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.pathID(w, r, "run_id")
 	if !ok {
 		return
 	}
-	run, err := h.rt.Run(r.Context(), id)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
 	after := int64(0)
+	resumed := false
 	if s := r.Header.Get("Last-Event-ID"); s != "" {
+		var err error
 		if after, err = strconv.ParseInt(s, 10, 64); err != nil || after < 0 {
 			h.fail(w, r, fmt.Errorf("%w: Last-Event-ID must be an event id", host.ErrInvalid))
 			return
 		}
+		resumed = true
+	}
+	evs, _, err := h.rt.RunEvents(r.Context(), id, after)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -831,17 +838,44 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
+	// Ephemeral events: from the start on a fresh connection, from now on
+	// a resumed one (those it missed are gone).
+	memAfter := int64(0)
+	if resumed {
+		mem, _ := h.rt.Events(id, 0)
+		if n := len(mem); n > 0 {
+			memAfter = mem[n-1].Seq
+		}
+	}
 	poll := time.NewTicker(min(time.Second, h.opt.KeepAlive))
 	defer poll.Stop()
 	lastWrite := time.Now()
 	for {
-		evs, more := h.rt.Events(id, after)
-		if len(evs) > 0 {
-			lastWrite = time.Now()
+		mem, more := h.rt.Events(id, memAfter)
+		if n := len(mem); n > 0 {
+			memAfter = mem[n-1].Seq
 		}
-		for _, e := range evs {
+		// One stream in time order: durable events first on a tie.
+		var out []host.Event
+		out = append(out, evs...)
+		for _, e := range mem {
+			if !host.IsDurableEvent(e.Type) {
+				e.Seq = 0
+				out = append(out, e)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b host.Event) int {
+			if c := a.Time.Compare(b.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(min(b.Seq, 1), min(a.Seq, 1))
+		})
+		for _, e := range out {
 			writeEvent(w, e)
-			after = e.Seq
+			lastWrite = time.Now()
+			if e.Seq != 0 {
+				after = e.Seq
+			}
 			if e.Type == host.EventTerminal || e.Type == host.EventAbsorbed {
 				fl.Flush()
 				return
@@ -849,21 +883,17 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 		fl.Flush()
 		if len(evs) == 0 {
-			// Settled with no terminal event in this process (it settled
-			// before a restart): one terminal event from the record.
-			if run, err = h.rt.Run(r.Context(), id); err == nil && host.IsTerminal(run.State) {
-				if evs, _ := h.rt.Events(id, after); len(evs) == 0 {
-					writeEvent(w, host.Event{Seq: after + 1, RunID: id, ThreadID: run.ThreadID, Type: host.EventTerminal, Time: run.EndedAt,
-						Data: map[string]string{"state": string(run.State), "reason": string(run.TerminalReason), "error": run.Error, "into_run_id": run.AbsorbedIntoRunID}})
-					fl.Flush()
+			// Settled, and the client has every event: nothing to invent.
+			if run, err := h.rt.Run(r.Context(), id); err == nil && host.IsTerminal(run.State) {
+				if rest, _, err := h.rt.RunEvents(r.Context(), id, after); err == nil && len(rest) == 0 {
 					return
 				}
-				continue
 			}
 		}
 		select {
 		case <-more:
 		case <-poll.C:
+			// Another host may have committed: the records say.
 			if time.Since(lastWrite) >= h.opt.KeepAlive {
 				io.WriteString(w, ": keep-alive\n\n")
 				fl.Flush()
@@ -872,10 +902,18 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+		if evs, _, err = h.rt.RunEvents(r.Context(), id, after); err != nil {
+			evs = nil // the store is briefly unavailable: the next pass reads again
+		}
 	}
 }
 
+// writeEvent writes one event; an ephemeral one (Seq 0) has no id, so that
+// a client's Last-Event-ID stays the last durable event's.
 func writeEvent(w io.Writer, e host.Event) {
 	b, _ := json.Marshal(map[string]any{"seq": e.Seq, "run_id": e.RunID, "thread_id": e.ThreadID, "type": e.Type, "time": e.Time, "data": e.Data})
-	fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
+	if e.Seq != 0 {
+		fmt.Fprintf(w, "id: %d\n", e.Seq)
+	}
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b)
 }

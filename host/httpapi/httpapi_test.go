@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/httpapi"
 	"github.com/agenthost/agenthost/host/model"
@@ -53,6 +54,12 @@ func newServer(t testing.TB, gated bool, opt httpapi.Options) *server {
 // newServerWith is newServer with a model script and its tools.
 func newServerWith(t testing.TB, gated bool, opt httpapi.Options, script model.Script, tools ...model.Tool) *server {
 	t.Helper()
+	return newServerOn(t, memdriver.New(), gated, opt, script, tools...)
+}
+
+// newServerOn is newServerWith over the store driver d.
+func newServerOn(t testing.TB, d driver.Driver, gated bool, opt httpapi.Options, script model.Script, tools ...model.Tool) *server {
+	t.Helper()
 	m, err := model.NewScripted(script)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +77,7 @@ func newServerWith(t testing.TB, gated bool, opt httpapi.Options, script model.S
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lat := &httpapi.CommitLatency{}
-	s.rt, err = host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Tools: tools, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
+	s.rt, err = host.New(context.Background(), host.Config{Driver: d, Model: m, Tools: tools, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,33 +285,62 @@ func readEvents(t *testing.T, s *server, runID, lastID string) []sseEvent {
 }
 
 func TestEventsResumable(t *testing.T) {
-	s := newServer(t, true, httpapi.Options{})
+	d := memdriver.New()
+	s := newServerOn(t, d, true, httpapi.Options{}, model.Script{})
 	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hi"}`)
 	adm := decode[httpapi.Admission](t, body)
 	s.gate <- struct{}{} // the one step answers
 	all := readEvents(t, s, adm.RunID, "")
-	var types []string
+	var types, ids []string
 	last := 0
 	for i, e := range all {
 		types = append(types, e.typ)
+		if e.typ == "step_started" || e.typ == "delta" || e.typ == "step_finished" {
+			if e.id != "" {
+				t.Fatalf("ephemeral event %d (%s) has id %s", i, e.typ, e.id)
+			}
+			continue
+		}
 		id, err := strconv.Atoi(e.id)
 		if err != nil || id <= last {
-			t.Fatalf("event %d has id %s after %d", i, e.id, last)
+			t.Fatalf("event %d (%s) has id %q after %d", i, e.typ, e.id, last)
 		}
 		last = id
+		ids = append(ids, e.id)
 	}
 	// The scripted model streams its answer in one piece.
 	want := []string{"admitted", "started", "step_started", "delta", "step_committed", "step_finished", "terminal"}
 	if !slices.Equal(types, want) {
 		t.Fatalf("events %v, want %v", types, want)
 	}
-	// Resuming after event 3 gives the rest.
-	rest := readEvents(t, s, adm.RunID, "3")
-	if len(rest) != 4 || rest[0].id != "4" || rest[3].typ != "terminal" {
-		t.Fatalf("resumed: %+v", rest)
+	// Resuming after the start gives the durable rest; the ephemeral
+	// events are gone.
+	resumed := func(s *server) []string {
+		var got []string
+		for _, e := range readEvents(t, s, adm.RunID, ids[1]) {
+			got = append(got, e.typ+"@"+e.id)
+		}
+		return got
+	}
+	wantRest := []string{"step_committed@" + ids[2], "terminal@" + ids[3]}
+	if got := resumed(s); !slices.Equal(got, wantRest) {
+		t.Fatalf("resumed: %v, want %v", got, wantRest)
+	}
+	// An id past the end gives nothing: no event is invented.
+	if rest := readEvents(t, s, adm.RunID, ids[3]); len(rest) != 0 {
+		t.Fatalf("resumed after the terminal event: %+v", rest)
+	}
+	if rest := readEvents(t, s, adm.RunID, "99999999999"); len(rest) != 0 {
+		t.Fatalf("resumed past the end: %+v", rest)
 	}
 	resp, b := s.do(t, "GET", "/v1/runs/"+adm.RunID+"/events", "", "Last-Event-ID", "x")
 	wantProblem(t, resp, b, 400, "bad_request")
+	// Another process over the same store (a restart, or another host)
+	// gives the same events with the same ids.
+	other := newServerOn(t, d, true, httpapi.Options{}, model.Script{})
+	if got := resumed(other); !slices.Equal(got, wantRest) {
+		t.Fatalf("resumed on another process: %v, want %v", got, wantRest)
+	}
 }
 
 // TestOpenAPIMatchesRoutes checks openapi.json against the served routes.
