@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 
+	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/internal/builtins"
 )
@@ -13,6 +14,10 @@ func driverhostBuiltin(dir string) (driverhost.Config, error) {
 	return lc, err
 }
 
-func launch(ctx context.Context, lc driverhost.Config) (*driverhost.Driver, error) {
-	return driverhost.Launch(ctx, lc)
+func launch(ctx context.Context, lc driverhost.Config) (driver.Driver, error) {
+	d, err := driverhost.Launch(ctx, lc)
+	if err != nil {
+		return nil, err
+	}
+	return d.Store(), nil
 }

@@ -37,7 +37,10 @@ func TestMain(m *testing.M) {
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // launchBuiltin starts a built-in driver as a subprocess of this binary.
-func launchBuiltin(tb testing.TB, name string, cfg map[string]string) *driverhost.Driver {
+// launchBuiltin launches a built-in driver as the host's serve does, and
+// returns the value the runtime uses: with the step interfaces when the
+// driver speaks store protocol 2.
+func launchBuiltin(tb testing.TB, name string, cfg map[string]string) driver.Driver {
 	tb.Helper()
 	lc, err := builtins.Launch(name, cfg)
 	if err != nil {
@@ -49,7 +52,7 @@ func launchBuiltin(tb testing.TB, name string, cfg map[string]string) *driverhos
 		tb.Fatalf("launching %s: %v", name, err)
 	}
 	tb.Cleanup(func() { d.Close(context.Background()) })
-	return d
+	return d.Store()
 }
 
 // driverFactories are the drivers every scenario runs over: the in-process

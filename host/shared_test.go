@@ -220,7 +220,7 @@ var sharedStores = map[string]func(t *testing.T) (a, b leaserDriver){
 	},
 	"pgstore-plugin": func(t *testing.T) (a, b leaserDriver) {
 		u := pgtest.URL(t)
-		return launchBuiltin(t, "pgstore", map[string]string{"url": u}), launchBuiltin(t, "pgstore", map[string]string{"url": u})
+		return launchBuiltin(t, "pgstore", map[string]string{"url": u}).(leaserDriver), launchBuiltin(t, "pgstore", map[string]string{"url": u}).(leaserDriver)
 	},
 }
 
