@@ -326,23 +326,23 @@ func (e *execution) rebuild() error {
 	if len(steps) == 0 {
 		return nil
 	}
-	var byID map[string]record.Message
+	// The inputs it took are those of open runs, at the history's end.
+	var takenIDs []string
+	for _, st := range steps {
+		for _, tk := range st.Taken {
+			takenIDs = append(takenIDs, tk.InputMessageIDs...)
+		}
+	}
+	byID, err := e.rt.st.MessagesByID(e.ex.ctx, e.run.ThreadID, -1, takenIDs)
+	if err != nil {
+		return err
+	}
 	for i, st := range steps {
 		if st.Seq != int64(i+1) {
 			return fmt.Errorf("run %s's step log has seq %d at position %d", e.run.ID, st.Seq, i+1)
 		}
 		switch st.Kind {
 		case record.StepTake:
-			if byID == nil {
-				msgs, err := e.rt.st.Messages(e.ex.ctx, e.run.ThreadID)
-				if err != nil {
-					return err
-				}
-				byID = make(map[string]record.Message, len(msgs))
-				for _, m := range msgs {
-					byID[m.ID] = m
-				}
-			}
 			for _, tk := range st.Taken {
 				if _, ok := e.taken[tk.RunID]; !ok {
 					e.takenFrom = append(e.takenFrom, tk.RunID)
