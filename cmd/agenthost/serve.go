@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/guests/policy/standard"
 	"github.com/agenthost/agenthost/host"
