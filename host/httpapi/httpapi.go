@@ -792,7 +792,7 @@ func (h *Handler) steps(w http.ResponseWriter, r *http.Request) {
 	}
 	body := map[string]any{"run_id": id, "steps": out}
 	if len(steps) == limit {
-		body["next_after"] = steps[len(steps)-1].Seq
+		body["next_cursor"] = strconv.FormatInt(steps[len(steps)-1].Seq, 10)
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -480,16 +480,16 @@ func TestCancelTakenAndSteps(t *testing.T) {
 			t.Fatalf("steps: %d %s", resp.StatusCode, body)
 		}
 		page := decode[struct {
-			Steps     []httpapi.Step `json:"steps"`
-			NextAfter *int64         `json:"next_after"`
+			Steps      []httpapi.Step `json:"steps"`
+			NextCursor string         `json:"next_cursor"`
 		}](t, body)
 		for _, st := range page.Steps {
 			kinds = append(kinds, st.Kind)
 		}
-		if page.NextAfter == nil {
+		if page.NextCursor == "" {
 			break
 		}
-		after = strconv.FormatInt(*page.NextAfter, 10)
+		after = page.NextCursor
 	}
 	if want := []string{"model", "tool", "take", "model"}; !slices.Equal(kinds, want) {
 		t.Fatalf("steps %v, want %v", kinds, want)
