@@ -28,7 +28,7 @@ var brokenDrivers = map[string][]string{
 	"ignores-version":    {"concurrency.one-winner", "concurrency.stale-version", "concurrency.stale-young-version", "steps.batch-atomic"},
 	"stale-state-index":  {"index.list-by-state"},
 	"loses-acked-writes": {"durability.acked-survives-kill", "durability.reopen", "durability.steps", "invariant.I4"},
-	"history-reversed":   {"reads.history-order"},
+	"history-reversed":   {"reads.history-order", "semantics.S1"},
 	"idempotency-global": {"atomicity.refused-batch-writes-nothing", "concurrency.conflict-writes-nothing", "reads.idempotency-by-thread", "semantics.S5"},
 	"paging-skips":       {"index.list-by-state", "index.paging", "scale.list"},
 	"ignores-fence":      {"leases.dead-fence", "leases.fence-foreign-owner", "leases.fenced-steps"},
