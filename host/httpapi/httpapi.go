@@ -783,7 +783,11 @@ func (h *Handler) steps(w http.ResponseWriter, r *http.Request) {
 	for i, st := range steps {
 		out[i] = Step{ID: st.ID, RunID: st.RunID, Seq: st.Seq, Attempt: st.Attempt, ModelStep: st.Model, Kind: string(st.Kind), CreatedAt: st.CreatedAt}
 		if st.Kind == record.StepModel || st.Kind == record.StepTool {
-			m := toMessage(st.Message)
+			msg := st.Message
+			if msg.CreatedAt.IsZero() {
+				msg.CreatedAt = st.CreatedAt // a step's message is known when its step is written
+			}
+			m := toMessage(msg)
 			out[i].Message = &m
 		}
 		for _, tk := range st.Taken {
