@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/record"
@@ -65,8 +66,22 @@ func (e *execution) runTool(tools map[string]model.Tool, call model.Call, c reco
 		out string
 		err error
 	}
+	// claim decides, once, whether the tool starts: the goroutine claims
+	// it before calling the tool, or the run withdraws it when it stops
+	// waiting first. A call withdrawn never starts: its result (the run
+	// stopped) may be committed at once, and a tool started after that
+	// would run a call the run's record says was not made (I9).
+	const (
+		pending = iota
+		started
+		withdrawn
+	)
+	var claim atomic.Int32
 	done := make(chan answer, 1)
 	go func() {
+		if ctx.Err() != nil || !claim.CompareAndSwap(pending, started) {
+			return
+		}
 		out, err := t.Call(ctx, c.Arguments)
 		done <- answer{out, err}
 	}()
@@ -75,6 +90,7 @@ func (e *execution) runTool(tools map[string]model.Tool, call model.Call, c reco
 	case a = <-done:
 	case <-ctx.Done():
 		a.err = ctx.Err()
+		claim.CompareAndSwap(pending, withdrawn)
 	}
 	switch {
 	case errors.Is(context.Cause(ctx), errToolTimeout):
