@@ -58,6 +58,8 @@ type oracle struct {
 	clock      int64
 	modelSteps map[string]int64          // run/step → when its model message was committed
 	toolSteps  map[string]int64          // idempotency key → when its result was committed
+	toolBy     map[string]string         // idempotency key → the epoch whose step commit wrote its result
+	toolRuns   map[string]int            // epoch + " " + idempotency key → how often that process made the call
 	lastCall   map[string]record.Message // run → its last committed model message
 	finals     map[string]string         // run → the answer committed as its last model step
 	calls      []modelCall               // model calls not judged yet
@@ -74,19 +76,22 @@ type modelCall struct {
 }
 
 type toolExec struct {
-	at   int64
-	call model.Call
+	at    int64
+	call  model.Call
+	epoch string // the process that made the call
+	nth   int    // how many times that process had made it, this one included
 }
 
 func newOracle(maxAttempts int) *oracle {
 	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{},
-		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
+		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, toolBy: map[string]string{}, toolRuns: map[string]int{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
 		callKeys: map[string]string{}, answeredBy: map[string]string{}, contentRun: map[string]string{}}
 }
 
 // stepsApplied records step records the store underneath applied (alone, or
-// inside a batch); the oracle's lock is held.
-func (o *oracle) stepsApplied(steps []record.Step) {
+// inside a batch), committed by the process epoch ("" when not known); the
+// oracle's lock is held.
+func (o *oracle) stepsApplied(epoch string, steps []record.Step) {
 	for _, st := range steps {
 		o.clock++
 		switch st.Kind {
@@ -102,16 +107,18 @@ func (o *oracle) stepsApplied(steps []record.Step) {
 				o.failf("I12: run %s committed the result of tool call %s, which its last model step did not ask for", st.RunID, st.Message.ToolCallID)
 				continue
 			}
-			o.toolSteps[model.Call{RunID: st.RunID, Step: st.Model, Index: i}.IdempotencyKey()] = o.clock
+			key := model.Call{RunID: st.RunID, Step: st.Model, Index: i}.IdempotencyKey()
+			o.toolSteps[key], o.toolBy[key] = o.clock, epoch
 		}
 	}
 }
 
-// stepBatchApplied is the fault wrapper's OnSteps callback.
-func (o *oracle) stepBatchApplied(b driver.StepBatch) {
+// stepBatchApplied is the fault wrapper's OnSteps callback for the process
+// epoch.
+func (o *oracle) stepBatchApplied(epoch string, b driver.StepBatch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.stepsApplied(b.Steps)
+	o.stepsApplied(epoch, b.Steps)
 }
 
 // modelCalled records that the model was asked for step of the run whose
@@ -123,12 +130,14 @@ func (o *oracle) modelCalled(firstInput string, step int) {
 	o.calls = append(o.calls, modelCall{at: o.clock, firstInput: firstInput, step: step})
 }
 
-// toolCalled records an execution of a tool call.
-func (o *oracle) toolCalled(c model.Call) {
+// toolCalled records an execution of a tool call by the process epoch.
+func (o *oracle) toolCalled(epoch string, c model.Call) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.clock++
-	o.toolExecs = append(o.toolExecs, toolExec{at: o.clock, call: c})
+	k := epoch + " " + c.IdempotencyKey()
+	o.toolRuns[k]++
+	o.toolExecs = append(o.toolExecs, toolExec{at: o.clock, call: c, epoch: epoch, nth: o.toolRuns[k]})
 }
 
 // judgeCalls judges the calls recorded since the last time (I9, I10).
@@ -156,9 +165,16 @@ func (o *oracle) judgeCalls() {
 		key := e.call.IdempotencyKey()
 		o.mu.Lock()
 		at, ok := o.toolSteps[key]
+		by := o.toolBy[key]
 		o.mu.Unlock()
-		if ok && at < e.at {
-			o.failf("I9: tool call %s was made again after its result was committed", key)
+		// The tool is told of a call when its goroutine gets to run, which
+		// may be after the execution that made the call committed its
+		// result (the run was interrupted, say, and stopped waiting): that
+		// is the one call that result answers, not a second one. Any other
+		// call seen after the result (by another process, or a second one
+		// by the same) is made again.
+		if ok && at < e.at && (e.epoch != by || e.nth > 1) {
+			o.failf("I9: tool call %s was made again (call %d of process %s) after its result was committed by process %s", key, e.nth, e.epoch, by)
 		}
 		id := e.call.RunID + "/" + e.call.ID
 		if k, seen := o.callKeys[id]; seen && k != key {
@@ -174,7 +190,7 @@ func (o *oracle) applied(b driver.Batch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pending = append(o.pending, b)
-	o.stepsApplied(b.Steps)
+	o.stepsApplied("", b.Steps)
 }
 
 // judge folds the batches applied since the last call into the model and
@@ -454,13 +470,17 @@ type recordingModel struct {
 	oracle *oracle // told of every call
 }
 
-// recordingTool is the lookup tool, telling the oracle of every execution.
-type recordingTool struct{ oracle *oracle }
+// recordingTool is the lookup tool, telling the oracle of every execution
+// and of the process that made it.
+type recordingTool struct {
+	oracle *oracle
+	rec    *recordingModel // its epoch names the process
+}
 
 func (recordingTool) Spec() model.ToolSpec { return lookupTool{}.Spec() }
 func (t recordingTool) Call(ctx context.Context, args string) (string, error) {
 	if c, ok := model.CallFrom(ctx); ok {
-		t.oracle.toolCalled(c)
+		t.oracle.toolCalled(t.rec.epoch, c)
 	}
 	return "found", nil
 }

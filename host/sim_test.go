@@ -151,10 +151,10 @@ func (s *sim) start() {
 	}
 	for i := 0; ; i++ {
 		s.fs = faultstore.New(s.mem, rand.New(rand.NewPCG(s.seed, uint64(s.ids.Add(1)))), s.faults, s.or.applied)
-		s.fs.OnSteps(s.or.stepBatchApplied)
 		rec := &recordingModel{m: m, log: &s.or.execs, oracle: s.or}
+		s.fs.OnSteps(func(b driver.StepBatch) { s.or.stepBatchApplied(rec.epoch, b) })
 		rt, err := host.New(context.Background(), host.Config{
-			Driver: s.fs, Policy: hintPolicy{}, Model: rec, Tools: []model.Tool{recordingTool{s.or}},
+			Driver: s.fs, Policy: hintPolicy{}, Model: rec, Tools: []model.Tool{recordingTool{s.or, rec}},
 			MaxConcurrentRuns: 2, MaxAttempts: s.maxAttempts,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			NewID: func(p string) string {

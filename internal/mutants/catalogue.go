@@ -145,4 +145,11 @@ var catalogue = []Mutant{
 			{reduce, "\tif s.Open[i].State != record.StateActive {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotActive", "\tif false {\n\t\treturn Effects{}, fmt.Errorf(\"%w: run %s is %s\", ErrNotActive"},
 		},
 	},
+	{
+		ID:   "resume-ignores-tool-results",
+		Rule: "I9: a resumed run does not make again a tool call whose result its earlier attempt committed",
+		Edits: []Edit{
+			{executor, "\t\t\te.resume.answered[st.Message.ToolCallID] = true\n", ""},
+		},
+	},
 }
