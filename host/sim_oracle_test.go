@@ -60,6 +60,7 @@ type oracle struct {
 	toolSteps  map[string]int64          // idempotency key → when its result was committed
 	toolBy     map[string]string         // idempotency key → the epoch whose step commit wrote its result
 	toolRuns   map[string]int            // epoch + " " + idempotency key → how often that process made the call
+	gone       map[string]int64          // process epoch → when it was paused or killed and its successor took over
 	lastCall   map[string]record.Message // run → its last committed model message
 	finals     map[string]string         // run → the answer committed as its last model step
 	calls      []modelCall               // model calls not judged yet
@@ -73,6 +74,7 @@ type modelCall struct {
 	at         int64
 	firstInput string // the run's first input: the model does not know the run's id
 	step       int
+	epoch      string // the process that made the call
 }
 
 type toolExec struct {
@@ -84,7 +86,7 @@ type toolExec struct {
 
 func newOracle(maxAttempts int) *oracle {
 	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{},
-		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, toolBy: map[string]string{}, toolRuns: map[string]int{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
+		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, toolBy: map[string]string{}, toolRuns: map[string]int{}, gone: map[string]int64{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
 		callKeys: map[string]string{}, answeredBy: map[string]string{}, contentRun: map[string]string{}}
 }
 
@@ -123,11 +125,11 @@ func (o *oracle) stepBatchApplied(epoch string, b driver.StepBatch) {
 
 // modelCalled records that the model was asked for step of the run whose
 // first input is firstInput.
-func (o *oracle) modelCalled(firstInput string, step int) {
+func (o *oracle) modelCalled(firstInput string, step int, epoch string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.clock++
-	o.calls = append(o.calls, modelCall{at: o.clock, firstInput: firstInput, step: step})
+	o.calls = append(o.calls, modelCall{at: o.clock, firstInput: firstInput, step: step, epoch: epoch})
 }
 
 // toolCalled records an execution of a tool call by the process epoch.
@@ -138,6 +140,26 @@ func (o *oracle) toolCalled(epoch string, c model.Call) {
 	k := epoch + " " + c.IdempotencyKey()
 	o.toolRuns[k]++
 	o.toolExecs = append(o.toolExecs, toolExec{at: o.clock, call: c, epoch: epoch, nth: o.toolRuns[k]})
+}
+
+// superseded records that the process epoch was paused or killed: its
+// successor recovers its runs. What it goes on calling after that (a
+// goroutine the simulation could not stop, or a process cut off from the
+// store, which nothing in a store can fence off from the model) is not the
+// recovered run's: I9 is about the calls of the runs that resume.
+func (o *oracle) superseded(epoch string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.gone[epoch]; !ok {
+		o.gone[epoch] = o.clock
+	}
+}
+
+// late reports whether a call at clock at by epoch came after that process
+// was superseded; the oracle's lock is held.
+func (o *oracle) late(epoch string, at int64) bool {
+	g, ok := o.gone[epoch]
+	return ok && at > g
 }
 
 // judgeCalls judges the calls recorded since the last time (I9, I10).
@@ -156,9 +178,10 @@ func (o *oracle) judgeCalls() {
 		run := byFirst[c.firstInput]
 		o.mu.Lock()
 		at, ok := o.modelSteps[fmt.Sprintf("%s/%d", run, c.step)]
+		late := o.late(c.epoch, c.at)
 		o.mu.Unlock()
-		if ok && at < c.at {
-			o.failf("I9: run %s's model step %d was called again after its message was committed", run, c.step)
+		if ok && at < c.at && !late {
+			o.failf("I9: run %s's model step %d was called again by process %s after its message was committed", run, c.step, c.epoch)
 		}
 	}
 	for _, e := range execs {
@@ -166,6 +189,7 @@ func (o *oracle) judgeCalls() {
 		o.mu.Lock()
 		at, ok := o.toolSteps[key]
 		by := o.toolBy[key]
+		late := o.late(e.epoch, e.at)
 		o.mu.Unlock()
 		// The tool is told of a call when its goroutine gets to run, which
 		// may be after the execution that made the call committed its
@@ -173,7 +197,7 @@ func (o *oracle) judgeCalls() {
 		// is the one call that result answers, not a second one. Any other
 		// call seen after the result (by another process, or a second one
 		// by the same) is made again.
-		if ok && at < e.at && (e.epoch != by || e.nth > 1) {
+		if ok && at < e.at && (e.epoch != by || e.nth > 1) && !late {
 			o.failf("I9: tool call %s was made again (call %d of process %s) after its result was committed by process %s", key, e.nth, e.epoch, by)
 		}
 		id := e.call.RunID + "/" + e.call.ID
@@ -487,7 +511,7 @@ func (t recordingTool) Call(ctx context.Context, args string) (string, error) {
 
 func (r *recordingModel) Step(ctx context.Context, req model.Request, stream func(string)) (model.Response, error) {
 	if r.oracle != nil && len(req.RunInputIDs) > 0 {
-		r.oracle.modelCalled(req.RunInputIDs[0], req.Step)
+		r.oracle.modelCalled(req.RunInputIDs[0], req.Step, r.epoch)
 	}
 	resp, err := r.m.Step(ctx, req, stream)
 	if err != nil || len(resp.ToolCalls) > 0 {

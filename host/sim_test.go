@@ -104,6 +104,7 @@ type sim struct {
 	rt          *host.Runtime
 	zombie      *host.Runtime // a paused process, its requests held by zfs
 	zfs         *faultstore.Driver
+	epoch       string // the running process's epoch as the oracle knows it
 	or          *oracle
 	ids         atomic.Int64
 	log         []string
@@ -167,7 +168,7 @@ func (s *sim) start() {
 		})
 		if err == nil {
 			s.or.owners[rec.epoch] = rt.Epoch()
-			s.rt = rt
+			s.rt, s.epoch = rt, rec.epoch
 			s.logf("start epoch=%s", rt.Epoch())
 			return
 		}
@@ -397,6 +398,7 @@ func (s *sim) checkCloseReport(rep host.CloseReport) {
 // what was durable.
 func (s *sim) restart(why string) {
 	s.fs.Kill()
+	s.or.superseded(s.epoch)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.rt.Close(ctx)
@@ -411,6 +413,7 @@ func (s *sim) restart(why string) {
 func (s *sim) pause() {
 	s.logf("pause epoch=%s", s.rt.Epoch())
 	s.fs.Pause()
+	s.or.superseded(s.epoch)
 	s.zombie, s.zfs = s.rt, s.fs
 	s.dead[s.rt.Epoch()] = true
 	s.start()
