@@ -82,7 +82,7 @@ var catalogue = []Mutant{
 		ID:   "cancel-leaves-open",
 		Rule: "a canceled run leaves its thread's open runs",
 		Edits: []Edit{
-			{reduce, "\tt.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })\n\tt.UpdatedAt = m.Now\n\treturn Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil", "\tt.UpdatedAt = m.Now\n\treturn Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil"},
+			{reduce, "\tt.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })\n\tt.UpdatedAt = m.Now\n\treleased, ids := release(s, run.ID, nil)\n", "\tt.UpdatedAt = m.Now\n\treleased, ids := release(s, run.ID, nil)\n"},
 		},
 	},
 	{
