@@ -206,7 +206,7 @@ func (rt *Runtime) execute(ex *runExec) {
 		call := record.Message{ID: id, ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}
 		// The model's message is durable before anything acts on it: a
 		// recovered run does not call the model for this step again.
-		if !e.commitStep(step, record.StepModel, call) {
+		if !e.commitStep(step, record.StepModel, &call) {
 			e.stopped()
 			return
 		}
@@ -241,10 +241,15 @@ func (e *execution) callTools(tools map[string]model.Tool, step int, call *recor
 		}
 		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID,
 			Content: e.callTool(tools, model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}, c)}
-		if e.ex.stepCtx.Err() != nil && e.ex.ctx.Err() == nil && !e.ex.interrupted() {
-			return true // canceled: its cancel wrote the terminal record
+		if e.ex.stepCtx.Err() != nil {
+			// Interrupted, canceled or abandoned while the call was made:
+			// what it returned is the run's stop, not the tool's answer, and
+			// must not be committed as the call's result, or a recovered run
+			// would take it for one and never make the call. The loop's top
+			// ends the run.
+			return true
 		}
-		if !e.commitStep(step, record.StepTool, m) {
+		if !e.commitStep(step, record.StepTool, &m) {
 			return false
 		}
 		e.convo = append(e.convo, m)
@@ -252,6 +257,11 @@ func (e *execution) callTools(tools map[string]model.Tool, step int, call *recor
 	}
 	return true
 }
+
+// unstorableResult replaces a tool result the store refused to keep (too
+// large, or not storable): the model sees the call failed, and the call is
+// not made again.
+const unstorableResult = "error: the tool's result could not be stored (too large or invalid); it was not kept"
 
 // stopped ends an execution whose step commit was refused: the run was
 // canceled, recovered by another host, or this host lost it.
@@ -266,12 +276,16 @@ func (e *execution) stopped() {
 // is unavailable. It reports false when the record cannot be written: the
 // run is no longer this execution's, or the execution was abandoned. Over
 // a store that keeps no steps it writes nothing and reports true.
-func (e *execution) commitStep(step int, kind record.StepKind, m record.Message) bool {
+//
+// A record the store refuses for what it holds (too large, invalid) is not
+// left to be made again: a tool result is replaced by an error result the
+// model sees (m is updated), and any other record fails the run.
+func (e *execution) commitStep(step int, kind record.StepKind, m *record.Message) bool {
 	if !e.durable {
 		return true
 	}
 	st := record.Step{ID: e.rt.cfg.NewID("step"), RunID: e.run.ID, ThreadID: e.run.ThreadID, Seq: e.nextSeq,
-		Attempt: e.run.Attempt, Model: step, Kind: kind, Message: m, CreatedAt: e.rt.cfg.Now()}
+		Attempt: e.run.Attempt, Model: step, Kind: kind, Message: *m, CreatedAt: e.rt.cfg.Now()}
 	backoff := 50 * time.Millisecond
 	for {
 		if e.ex.ctx.Err() != nil {
@@ -284,8 +298,22 @@ func (e *execution) commitStep(step int, kind record.StepKind, m record.Message)
 			e.rt.stats.stepCommits.Add(1)
 			e.emitStep(st)
 			return true
-		case errors.Is(err, driver.ErrVersionConflict), errors.Is(err, driver.ErrFenced), !transient(err):
+		case errors.Is(err, driver.ErrVersionConflict), errors.Is(err, driver.ErrFenced):
 			e.rt.log.Warn("step commit refused", "run", e.run.ID, "seq", st.Seq, "err", err)
+			return false
+		case transient(err):
+			// retried below
+		case !errors.Is(err, driver.ErrTooLarge) && !errors.Is(err, driver.ErrInvalidArgument):
+			e.rt.log.Warn("step commit refused", "run", e.run.ID, "seq", st.Seq, "err", err)
+			return false
+		case kind == record.StepTool && st.Message.Content != unstorableResult:
+			e.rt.log.Error("tool result refused by the store; the model is told", "run", e.run.ID, "seq", st.Seq, "err", err)
+			st.Message.Content = unstorableResult
+			m.Content = unstorableResult
+			continue
+		default:
+			e.rt.log.Error("step commit refused; failing the run", "run", e.run.ID, "seq", st.Seq, "err", err)
+			e.fail(fmt.Errorf("committing step %d of the run: %w", st.Seq, err))
 			return false
 		}
 		e.rt.stats.commitErrors.Add(1)
@@ -333,7 +361,20 @@ func (e *execution) rebuild() error {
 			takenIDs = append(takenIDs, tk.InputMessageIDs...)
 		}
 	}
-	byID, err := e.rt.st.MessagesByID(e.ex.ctx, e.run.ThreadID, -1, takenIDs)
+	var byID map[string]record.Message
+	var err error
+	backoff = 50 * time.Millisecond
+	for {
+		byID, err = e.rt.st.MessagesByID(e.ex.ctx, e.run.ThreadID, -1, takenIDs)
+		if err == nil || !transient(err) || e.ex.ctx.Err() != nil {
+			break
+		}
+		e.rt.log.Warn("reading a resumed run's taken inputs failed; retrying", "run", e.run.ID, "err", err, "backoff", backoff)
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return e.ex.ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 	if err != nil {
 		return err
 	}
