@@ -170,7 +170,11 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 	if len(run.InputMessageIDs) > 0 {
 		first = run.InputMessageIDs[0]
 	}
-	add(1, EventAdmitted, run.CreatedAt, map[string]string{"input_message_id": first})
+	admitted := map[string]string{"input_message_id": first}
+	if d, ok := rt.decisions.get(run.ID); ok {
+		admitted["decision"] = d
+	}
+	add(1, EventAdmitted, run.CreatedAt, admitted)
 	started := func(base int64, attempt int, at time.Time) {
 		if attempt == run.Attempt && !run.StartedAt.IsZero() {
 			at = run.StartedAt
@@ -224,4 +228,40 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 		add(next+eventSlots-1, EventTerminal, run.EndedAt, map[string]string{"state": string(run.State), "reason": string(run.TerminalReason), "error": run.Error})
 	}
 	return out, run, nil
+}
+
+// decisionLog keeps the input policy's decision for the most recent runs
+// this process admitted, so that their admitted event carries it. The
+// decision is not a record: after a restart, or on another host, the
+// admitted event comes without it.
+type decisionLog struct {
+	mu    sync.Mutex
+	byRun map[string]string
+	order []string // admission order, for eviction
+}
+
+// maxDecisions bounds the decisions kept.
+const maxDecisions = 1 << 16
+
+func (d *decisionLog) note(runID, decision string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byRun == nil {
+		d.byRun = map[string]string{}
+	}
+	if _, ok := d.byRun[runID]; !ok {
+		d.order = append(d.order, runID)
+	}
+	d.byRun[runID] = decision
+	for len(d.order) > maxDecisions {
+		delete(d.byRun, d.order[0])
+		d.order = d.order[1:]
+	}
+}
+
+func (d *decisionLog) get(runID string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.byRun[runID]
+	return v, ok
 }

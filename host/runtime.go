@@ -87,10 +87,13 @@ type Runtime struct {
 	lease   *leaseKeeper
 	coord   *coordinator
 	tickets *resolver
-	reg     *registry // nil when the policy can never inject
-	log     *slog.Logger
-	events  *eventLog
-	stats   counters
+	// decisions remembers the input policy's decision for the runs this
+	// process admitted, for their admitted event (see decisionLog).
+	decisions decisionLog
+	reg       *registry // nil when the policy can never inject
+	log       *slog.Logger
+	events    *eventLog
+	stats     counters
 
 	baseCtx    context.Context // canceled when Close gives up waiting
 	abandonAll context.CancelFunc
@@ -335,6 +338,9 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		decision = string(adm.Decision.Action)
 	}
 	rt.stats.admissions.add(decision)
+	if !adm.Coalesced {
+		rt.decisions.note(adm.RunID, decision) // the run's own decision, not a later joiner's
+	}
 	rt.emit(adm.RunID, threadID, EventAdmitted, map[string]string{"decision": decision, "input_message_id": adm.InputMessageID})
 	if rt.cfg.Observer != nil {
 		rt.cfg.Observer.Admitted(ctx, threadID, adm.RunID, decision)
