@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -52,19 +51,11 @@ func (c *ToolPolicyConfig) UnmarshalYAML(n *yaml.Node) error {
 		case "fallback":
 			c.Fallback = v.Value
 		case "config":
-			if v.Kind == yaml.ScalarNode {
-				c.Config = v.Value
-				continue
-			}
-			var x any
-			if err := v.Decode(&x); err != nil {
+			text, err := configText(v, "tool_policy")
+			if err != nil {
 				return err
 			}
-			b, err := json.Marshal(x)
-			if err != nil {
-				return fmt.Errorf("line %d: tool_policy config: %w", v.Line, err)
-			}
-			c.Config = string(b)
+			c.Config = text
 		default:
 			return fmt.Errorf("line %d: tool_policy: unknown key %q (want module, config, fallback)", k.Line, k.Value)
 		}

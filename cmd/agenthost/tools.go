@@ -44,19 +44,11 @@ func (h *HookConfig) UnmarshalYAML(n *yaml.Node) error {
 		case "hook":
 			h.Hook = v.Value
 		case "config":
-			if v.Kind == yaml.ScalarNode {
-				h.Config = v.Value
-				continue
-			}
-			var x any
-			if err := v.Decode(&x); err != nil {
+			text, err := configText(v, "prepare_step")
+			if err != nil {
 				return err
 			}
-			b, err := json.Marshal(x)
-			if err != nil {
-				return fmt.Errorf("line %d: prepare_step config: %w", v.Line, err)
-			}
-			h.Config = string(b)
+			h.Config = text
 		default:
 			return fmt.Errorf("line %d: prepare_step: unknown key %q (want hook, config)", k.Line, k.Value)
 		}
@@ -239,4 +231,21 @@ func (s MCPServer) config() mcp.ServerConfig {
 		Name: s.Name, Prefix: s.Prefix, Command: s.Command, Args: s.Args, Dir: s.Dir, Env: s.Env,
 		URL: s.URL, Headers: s.Headers, Timeout: time.Duration(s.Timeout), StartTimeout: time.Duration(s.StartTimeout),
 	}
+}
+
+// configText is a guest's configuration as the guest receives it: a scalar
+// as written, a mapping or a list as JSON text.
+func configText(v *yaml.Node, what string) (string, error) {
+	if v.Kind == yaml.ScalarNode {
+		return v.Value, nil
+	}
+	var x any
+	if err := v.Decode(&x); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return "", fmt.Errorf("line %d: %s config: %w", v.Line, what, err)
+	}
+	return string(b), nil
 }
