@@ -237,21 +237,31 @@ func (d *Driver) ReadHistory(ctx context.Context, threadID string, afterSeq int6
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: limit %d must be positive", driver.ErrInvalidArgument, limit)
 	}
-	out := []record.Message{}
+	return readLog(ctx, d, threadPrefix(tHistory, threadID), func(seq int64) []byte { return historyKey(threadID, seq) },
+		afterSeq, limit, driverrpc.MessageFromProto)
+}
+
+// readLog reads up to limit records of one log kept by seq (a thread's
+// history, a run's steps) with seq > afterSeq, in seq order, under prefix;
+// key gives a record's key by seq.
+func readLog[M any, PM interface {
+	*M
+	proto.Message
+}, R any](ctx context.Context, d *Driver, prefix []byte, key func(int64) []byte, afterSeq int64, limit int, conv func(PM) R) ([]R, error) {
+	out := []R{}
 	if afterSeq == math.MaxInt64 {
 		return out, d.view(ctx, func(*badger.Txn) error { return nil })
 	}
 	afterSeq = max(afterSeq, 0)
-	prefix := threadPrefix(tHistory, threadID)
 	err := d.view(ctx, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(limit, 100), Prefix: prefix})
 		defer it.Close()
-		for it.Seek(historyKey(threadID, afterSeq+1)); it.Valid() && len(out) < limit; it.Next() {
-			var m storepb.Message
-			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &m) }); err != nil {
+		for it.Seek(key(afterSeq + 1)); it.Valid() && len(out) < limit; it.Next() {
+			var m M
+			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, PM(&m)) }); err != nil {
 				return err
 			}
-			out = append(out, driverrpc.MessageFromProto(&m))
+			out = append(out, conv(PM(&m)))
 		}
 		return nil
 	})

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/dgraph-io/badger/v4"
 	"google.golang.org/protobuf/proto"
@@ -155,28 +154,8 @@ func (d *Driver) ReadSteps(ctx context.Context, runID string, afterSeq int64, li
 	if err := storedriver.ValidateReadSteps(runID, limit); err != nil {
 		return nil, err
 	}
-	out := []record.Step{}
-	if afterSeq == math.MaxInt64 {
-		return out, d.view(ctx, func(*badger.Txn) error { return nil })
-	}
-	afterSeq = max(afterSeq, 0)
-	prefix := threadPrefix(tStep, runID)
-	err := d.view(ctx, func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: min(limit, 100), Prefix: prefix})
-		defer it.Close()
-		for it.Seek(stepKey(runID, afterSeq+1)); it.Valid() && len(out) < limit; it.Next() {
-			var s storepb.Step
-			if err := it.Item().Value(func(v []byte) error { return proto.Unmarshal(v, &s) }); err != nil {
-				return err
-			}
-			out = append(out, driverrpc.StepFromProto(&s))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readLog(ctx, d, threadPrefix(tStep, runID), func(seq int64) []byte { return stepKey(runID, seq) },
+		afterSeq, limit, driverrpc.StepFromProto)
 }
 
 // ListThreads implements driver.ThreadLister.
