@@ -258,9 +258,7 @@ func RunCases(ctx context.Context, w io.Writer, path, casesPath string, opts Che
 	if !m.HasHook(guestabi.HookInputPolicy) {
 		return fmt.Errorf("%s: guest %s has no inputPolicy hook", path, m.GuestManifest().Name)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CASE\tWANT\tGOT\tRESULT")
-	bad := 0
+	table := newCaseTable(w)
 	for i, c := range cases {
 		failure = nil
 		req := policy.Request{
@@ -277,32 +275,57 @@ func RunCases(ctx context.Context, w io.Writer, path, casesPath string, opts Che
 			req.Queued = append(req.Queued, policy.RunInfo{RunID: fmt.Sprintf("queued-%d", j+1), Seq: int64(j + 2), Steps: q.Steps, Inputs: q.Inputs})
 		}
 		d, _ := m.Decide(ctx, req)
-		name := c.Name
-		if name == "" {
-			name = fmt.Sprintf("#%d", i+1)
-		}
 		want, got := c.Want, string(d.Action)
 		if c.CoalescePending != nil {
 			want += coalesceSuffix(*c.CoalescePending)
 			got += coalesceSuffix(d.CoalescePending)
 		}
-		result := "ok"
-		switch {
-		case failure != nil:
-			got, result = "error: "+failure.Error(), "FAIL"
-			bad++
-		case want != got:
-			result = "FAIL"
-			bad++
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, want, got, result)
+		table.row(i, c.Name, want, got, failure)
 	}
-	fmt.Fprintf(tw, "%d cases, %d failed\n", len(cases), bad)
-	if err := tw.Flush(); err != nil {
+	return table.finish("cases")
+}
+
+// caseTable writes the table of `policy test`: a row per case, then the
+// count, and fails with ErrMismatch when a case failed.
+type caseTable struct {
+	tw     *tabwriter.Writer
+	n, bad int
+}
+
+func newCaseTable(w io.Writer) *caseTable {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CASE\tWANT\tGOT\tRESULT")
+	return &caseTable{tw: tw}
+}
+
+// row writes case i (named name, or by its place): what it wanted, what the
+// guest gave, or failure when the call failed.
+func (t *caseTable) row(i int, name, want, got string, failure error) {
+	t.n++
+	if name == "" {
+		name = fmt.Sprintf("#%d", i+1)
+	}
+	result := "ok"
+	switch {
+	case failure != nil:
+		got, result = "error: "+failure.Error(), "FAIL"
+		t.bad++
+	case want != got:
+		result = "FAIL"
+		t.bad++
+	}
+	fmt.Fprintf(t.tw, "%s\t%s\t%s\t%s\n", name, want, got, result)
+}
+
+// finish writes the count of the cases (what they are called) and reports
+// the failed ones.
+func (t *caseTable) finish(what string) error {
+	fmt.Fprintf(t.tw, "%d %s, %d failed\n", t.n, what, t.bad)
+	if err := t.tw.Flush(); err != nil {
 		return err
 	}
-	if bad > 0 {
-		return fmt.Errorf("%w: %d of %d cases", ErrMismatch, bad, len(cases))
+	if t.bad > 0 {
+		return fmt.Errorf("%w: %d of %d %s", ErrMismatch, t.bad, t.n, what)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/guestabi"
@@ -92,9 +91,7 @@ func RunToolCases(ctx context.Context, w io.Writer, path, casesPath string, opts
 	if !m.HasHook(guestabi.HookToolPolicy) {
 		return fmt.Errorf("%s: guest %s has no toolPolicy hook", path, m.GuestManifest().Name)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CASE\tWANT\tGOT\tRESULT")
-	bad := 0
+	table := newCaseTable(w)
 	for i, c := range cases {
 		failure = nil
 		args := "{}"
@@ -106,31 +103,11 @@ func RunToolCases(ctx context.Context, w io.Writer, path, casesPath string, opts
 		}
 		d, _ := m.DecideTool(ctx, toolpolicy.Call{Tool: c.Tool, Server: c.Server, Arguments: args, CallID: "call-" + strconv.Itoa(i+1),
 			IdempotencyKey: "run/step1/" + strconv.Itoa(i), Step: 1, RunID: "run", ThreadID: "thread"})
-		name := c.Name
-		if name == "" {
-			name = fmt.Sprintf("#%d", i+1)
-		}
 		want := describeTool(c.Want, c.Message, c.Prompt, c.Approvals)
 		got := describeTool(string(d.Verdict), strp(d.Message, c.Message), strp(d.Prompt, c.Prompt), intp(d.Approvals, c.Approvals))
-		result := "ok"
-		switch {
-		case failure != nil:
-			got, result = "error: "+failure.Error(), "FAIL"
-			bad++
-		case want != got:
-			result = "FAIL"
-			bad++
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, want, got, result)
+		table.row(i, c.Name, want, got, failure)
 	}
-	fmt.Fprintf(tw, "%d tool cases, %d failed\n", len(cases), bad)
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if bad > 0 {
-		return fmt.Errorf("%w: %d of %d tool cases", ErrMismatch, bad, len(cases))
-	}
-	return nil
+	return table.finish("tool cases")
 }
 
 // describeTool writes a decision for the cases table: the verdict and the
