@@ -53,14 +53,7 @@ func BenchCommits(b *testing.B, d driver.Driver, threads int) {
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		return
-	}
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "commits/s")
-	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
+	reportRate(b, lat, elapsed, "commits/s")
 }
 
 // BenchRoundTrip measures one read (LoadThread of a thread with an open
@@ -199,12 +192,18 @@ func BenchStepCommits(b *testing.B, d driver.Driver, runs int) {
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
+	reportRate(b, lat, elapsed, "steps/s")
+}
+
+// reportRate reports the calls timed in lat (one slice per worker) as a
+// rate over elapsed, in unit, and their p50 and p99 latencies.
+func reportRate(b *testing.B, lat [][]time.Duration, elapsed time.Duration, unit string) {
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	if len(all) == 0 {
 		return
 	}
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "steps/s")
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), unit)
 	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
 }
