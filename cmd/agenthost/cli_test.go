@@ -47,7 +47,7 @@ func TestCLIPositionalIDs(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `"hello there"`) || errs != "" {
 		t.Fatalf("submit T: %d %s %s", code, out, errs)
 	}
-	code, out, errs = runCmd(runSubmit, "--server", url, "--thread", "T", "again")
+	code, out, errs = runCmd(runSubmit, "--server", url, "--thread", "T", "--wait", "again")
 	if code != exitOK || !strings.Contains(out, "accepted") || !strings.Contains(errs, "deprecated") {
 		t.Fatalf("submit --thread: %d %s %s", code, out, errs)
 	}
