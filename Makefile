@@ -12,8 +12,6 @@ SEEDS ?= 20000
 
 all: build
 
-# Driver binaries built by `make build`, as bin/agenthost-<name>.
-DRIVERS  ?= memstore badgerstore pgstore
 PROTOC   ?= protoc
 PROTO_INCLUDE ?= /usr/include
 
@@ -22,7 +20,6 @@ build: guests
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/agenthost ./cmd/agenthost
 	$(GO) build -o $(BIN)/agenthost-loadgen ./cmd/agenthost-loadgen
-	for d in $(DRIVERS); do $(GO) build -o $(BIN)/agenthost-$$d ./plugins/$$d || exit 1; done
 
 # Regenerate the store protocol's Go code. Needs protoc, protoc-gen-go and
 # protoc-gen-go-grpc on PATH (see abi/storepb/doc.go).

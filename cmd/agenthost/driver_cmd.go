@@ -27,7 +27,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "-h" || a == "--help" || a == "-help" {
 			fmt.Fprintln(stderr, "Usage: agenthost conformance DRIVER [--profile quick|full] [--json FILE] [--junit FILE]\n\nDRIVER is a driver binary's path or a built-in driver name ("+strings.Join(builtins.Names(), ", ")+").")
-			fmt.Fprintln(stderr, "Exit status: 0 pass, 1 fail, 2 usage or launch error.\n\nExample:\n  agenthost conformance ./bin/agenthost-badgerstore --profile full --junit report.xml")
+			fmt.Fprintln(stderr, "Exit status: 0 pass, 1 fail, 2 usage or launch error.\n\nExample:\n  agenthost conformance ./bin/my-driver --profile full --junit report.xml")
 			return exitOK
 		}
 	}
@@ -50,7 +50,7 @@ func openGate(data string, stderr io.Writer) (*trust.Gate, error) {
 }
 
 func runDriverCertify(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("driver certify", "driver certify [--data DIR] DRIVER", "agenthost driver certify ./bin/agenthost-badgerstore", stderr)
+	fs := newFlagSet("driver certify", "driver certify [--data DIR] DRIVER", "agenthost driver certify ./bin/my-driver", stderr)
 	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
 	pos, code, ok := parse(fs, args)
 	if !ok {
