@@ -28,6 +28,7 @@ func init() {
 		testCase{"threads", "list", TierBasic, false, testListThreads},
 		testCase{"durability", "steps-survive-kill", TierDurable, false, testStepsSurviveKill},
 		testCase{"leases", "fenced-steps", TierLeases, false, testFencedSteps},
+		testCase{"leases", "fenced-steps-owner", TierLeases, false, testFencedStepsOwner},
 	)
 }
 
@@ -428,6 +429,55 @@ func testFencedSteps(c *C) {
 	c.wantErr("leases.fenced-steps", "CommitSteps fenced by a dead lease", err, driver.ErrFenced)
 	c.expectSteps("leases.fenced-steps", ss, r.ID, want)
 	c.expectVersion("leases.fenced-steps", d, th.ID, th.Version, "after refused fenced steps")
+}
+
+// testFencedStepsOwner: fenced steps are accepted only from the lease that
+// owns the thread, never from a live lease that merely found the thread
+// unowned or its owner dead (a fenced batch takes a thread over; steps do
+// not).
+func testFencedStepsOwner(c *C) {
+	const rule = "leases.fenced-steps-owner"
+	d, _ := c.start()
+	ss, _ := c.steps(d)
+	l := c.leaser(d)
+	a := c.acquire(l, "steps-owner-a", longTTL)
+	b := c.acquire(l, "steps-owner-b", longTTL)
+
+	// A thread no lease owns (its commits unfenced): fenced steps of a
+	// live lease are refused.
+	th := c.thread(d, "steps-unowned")
+	r := th.activeRun(rule, "fo-r1")
+	sb := storedrivertest.StepBatchOf(r, storedrivertest.Step(r, 1))
+	sb.Fence = a.Epoch
+	err := ss.CommitSteps(c.ctx, sb)
+	c.wantErr(rule, "CommitSteps fenced by a live lease on a thread no lease owns", err, driver.ErrFenced)
+	c.expectSteps(rule, ss, r.ID, nil)
+
+	// A thread whose owner died: another live lease's fenced steps are
+	// refused until a fenced commit of its own takes the thread.
+	x := c.acquire(l, "steps-owner-x", longTTL)
+	th = c.thread(d, "steps-dead-owner")
+	bt := fenced(th, "fd-r1", x.Epoch, x.Epoch)
+	th.commit("leases.fence-sets-owner", bt)
+	r = storedrivertest.Activate(bt.Runs[0], storedrivertest.StepOwner, storedrivertest.StepAttempt)
+	bt = th.Batch(th.Open, []record.Run{r}, nil, nil)
+	bt.Fence, bt.Thread.Owner = x.Epoch, x.Epoch
+	th.commit("leases.fence-sets-owner", bt)
+	dead, err := l.RenewLease(c.ctx, x.Epoch, shortTTL)
+	c.ok("leases.renew", "RenewLease to a short ttl", err)
+	c.waitDead(dead)
+	sb = storedrivertest.StepBatchOf(r, storedrivertest.Step(r, 1))
+	sb.Fence = b.Epoch
+	err = ss.CommitSteps(c.ctx, sb)
+	c.wantErr(rule, "CommitSteps fenced by a live lease on a thread a dead lease owns", err, driver.ErrFenced)
+	c.expectSteps(rule, ss, r.ID, nil)
+	c.expectVersion(rule, d, th.ID, th.Version, "after refused fenced steps")
+
+	bt = th.Batch(th.Open, nil, nil, nil)
+	bt.Fence, bt.Thread.Owner = b.Epoch, b.Epoch
+	th.commit("leases.fence-sets-owner", bt)
+	c.ok(rule, "CommitSteps fenced by the lease that took the thread over", ss.CommitSteps(c.ctx, sb))
+	c.expectSteps(rule, ss, r.ID, storedrivertest.Steps(r, 1, 1))
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }

@@ -75,8 +75,11 @@ func (d *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
 		if !l.isLive(b.Fence) {
 			return fmt.Errorf("%w: lease %d is not live", driver.ErrFenced, b.Fence)
 		}
-		if owner != 0 && owner != b.Fence && l.isLive(owner) {
-			return fmt.Errorf("%w: thread %s is owned by live lease %d", driver.ErrFenced, b.ThreadID, owner)
+		if owner != b.Fence {
+			// Unlike a fenced batch, steps never take a thread over: the
+			// run's executor owns the thread since its start or recovery,
+			// and a fence that does not is not that executor's.
+			return fmt.Errorf("%w: thread %s is owned by lease %d, not %d", driver.ErrFenced, b.ThreadID, owner, b.Fence)
 		}
 	}
 	if err := d.checkSteps(b.ThreadID, b.Steps); err != nil {

@@ -141,12 +141,22 @@ func TestStepsCommitAndRead(t *testing.T) {
 func TestStepsFenced(t *testing.T) {
 	ctx := context.Background()
 	d := memdriver.NewShared(nil)
-	_, r := activeRun(t, d, "T")
+	b, r := activeRun(t, d, "T")
 	mine, err := d.AcquireLease(ctx, "h1", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := driver.StepBatch{ThreadID: "T", RunID: r.ID, Owner: "h1", Attempt: 1, Fence: mine.Epoch, Steps: []record.Step{step(r, 1, record.StepModel)}}
+	// A live lease that does not own the thread (no lease does yet) is
+	// refused: steps never take a thread over.
+	if err := d.CommitSteps(ctx, sb); !errors.Is(err, driver.ErrFenced) {
+		t.Fatalf("CommitSteps fenced by a lease that does not own the thread = %v, want ErrFenced", err)
+	}
+	take := b.Batch([]string{r.ID}, nil, nil, nil)
+	take.Fence, take.Thread.Owner = mine.Epoch, mine.Epoch
+	if _, err := d.Commit(ctx, take); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.CommitSteps(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
