@@ -218,6 +218,22 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 		return versions, errs
 	}
 	defer d.leave()
+	// Members a serialization failure or deadlock rolled back are sent
+	// again, never reported as a conflict: the host would read the thread
+	// for nothing, and a run's take would count it as refused.
+	resendRolledBack(order, func(order []int) []rolledBackMember[int] {
+		return d.sendMany(ctx, bs, as, order, versions, errs)
+	}, func(i int, err error) { errs[i] = err }, func(i int, state, msg string) error {
+		return fmt.Errorf("%w: pgstore: commit %s of thread %s rolled back on every try (%s, SQLSTATE %s); not applied",
+			driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, msg, state)
+	})
+	return versions, errs
+}
+
+// sendMany sends the batches bs[i], i in order, as one transaction and
+// sets versions[i] or errs[i] for each, except those rolled back by a
+// serialization failure or deadlock, which it returns.
+func (d *Driver) sendMany(ctx context.Context, bs []driver.Batch, as []*args, order []int, versions []int64, errs []error) []rolledBackMember[int] {
 	type outcome struct{ state, constraint, message, detail *string }
 	outs := make([]outcome, len(bs))
 	sent := false
@@ -232,6 +248,7 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 		for _, i := range order {
 			a := as[i]
 			o := &outs[i]
+			*o = outcome{}
 			batch.Queue(d.sql.commitTry, a.threadID, a.expected, a.version, a.fence, a.owner,
 				a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
 				a.runIDs, a.runStates, a.runSeqs, a.runs,
@@ -246,14 +263,13 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 		// statement succeeds, or not at all.
 		return conn.SendBatch(ctx, batch).Close()
 	})
+	var again []rolledBackMember[int]
 	for _, i := range order {
 		switch {
 		case err == nil && outs[i].state == nil:
 			versions[i] = bs[i].Thread.Version
-		case err == nil && (*outs[i].state == "40001" || *outs[i].state == "40P01"):
-			// Rolled back with its subtransaction (a deadlock, say): read
-			// and try again, as after a conflict.
-			errs[i] = fmt.Errorf("%w: pgstore: %s (SQLSTATE %s)", driver.ErrVersionConflict, deref(outs[i].message), *outs[i].state)
+		case err == nil && retryableState(*outs[i].state):
+			again = append(again, rolledBackMember[int]{i, *outs[i].state, deref(outs[i].message)})
 		case err == nil:
 			o := outs[i]
 			errs[i] = mapError(&pgconn.PgError{Code: *o.state, ConstraintName: deref(o.constraint), Message: deref(o.message), Detail: deref(o.detail)})
@@ -264,7 +280,7 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 			errs[i] = mapOpError(ctx, err)
 		}
 	}
-	return versions, errs
+	return again
 }
 
 func deref(s *string) string {

@@ -63,5 +63,11 @@
 // back (serialization failure, deadlock). A commit whose outcome is unknown
 // (the connection dropped after it was sent) is never retried blindly: it
 // returns driver.ErrUnavailable, and the host settles it by reading the
-// thread's LastCommitID.
+// thread's LastCommitID. In a group commit (CommitMany, CommitSteps) a
+// member whose subtransaction a serialization failure or a deadlock rolled
+// back is sent again with backoff, up to RetryBudget, then reported as
+// driver.ErrUnavailable: it is never a version conflict, which the host
+// would take for "the run moved on" and stop it. Failures that may pass
+// (lock or statement timeouts, insufficient resources, a statement whose
+// completion is unknown) are driver.ErrUnavailable too.
 package pgdriver

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -107,11 +109,55 @@ func transientState(code string) bool {
 	}
 	switch code {
 	case "40001", "40P01", // serialization failure, deadlock detected
+		"40003",                   // statement completion unknown (its outcome is the host's to settle)
+		"55P03",                   // lock not available (lock_timeout)
+		"57014",                   // query canceled (statement_timeout)
 		"57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
-		"53300", "53400": // too many connections, configuration limit exceeded
+		"53000", "53100", "53200", "53300", "53400": // insufficient resources: disk full, out of memory, too many connections, configuration limit exceeded
 		return true
 	}
 	return false
+}
+
+// retryableState reports whether a statement refused with SQLSTATE code
+// was rolled back by a failure that may pass when it is sent again (a
+// serialization failure, a deadlock): it is certainly not applied, and it
+// is no refusal of what it asks (never a version conflict).
+func retryableState(code string) bool {
+	return code == "40001" || code == "40P01"
+}
+
+// rolledBackMember is a member of a group commit that a serialization
+// failure or deadlock rolled back, with the SQLSTATE and message.
+type rolledBackMember[T any] struct {
+	m          T
+	state, msg string
+}
+
+// resendRolledBack sends members with send, which answers each one it
+// settles and returns those rolled back by a serialization failure or a
+// deadlock; those are sent again, with backoff, for up to RetryBudget, and
+// then answered with giveUp's error (driver.ErrUnavailable: not applied,
+// may be tried again).
+func resendRolledBack[T any](members []T, send func([]T) []rolledBackMember[T], answer func(T, error), giveUp func(m T, state, msg string) error) {
+	deadline := time.Now().Add(RetryBudget)
+	wait := 5 * time.Millisecond
+	for len(members) > 0 {
+		again := send(members)
+		members = members[:0:0]
+		last := time.Now().Add(wait).After(deadline)
+		for _, a := range again {
+			if last {
+				answer(a.m, giveUp(a.m, a.state, a.msg))
+				continue
+			}
+			members = append(members, a.m)
+		}
+		if len(members) > 0 {
+			time.Sleep(wait/2 + rand.N(wait/2+1))
+			wait = min(2*wait, 200*time.Millisecond)
+		}
+	}
 }
 
 // connectionLost reports whether err means the connection failed (as
@@ -151,7 +197,7 @@ func rolledBack(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Severity == "ERROR" {
-		return pe.Code == "40001" || pe.Code == "40P01"
+		return retryableState(pe.Code)
 	}
 	return false
 }

@@ -30,3 +30,6 @@ func CommitV2(ctx context.Context, pool *pgxpool.Pool, schema string, b driver.B
 		a.keys, a.keyPayloads)
 	return mapError(err)
 }
+
+// MapError is mapError, for tests of the mapping.
+var MapError = mapError

@@ -123,7 +123,10 @@ func stepIDs(steps []record.Step) []string {
 
 // commitStepGroup commits a group of step batches in one transaction, in
 // thread order (the order commit_batch3 groups lock threads in), each
-// applied or refused on its own.
+// applied or refused on its own. Members whose subtransaction a
+// serialization failure or a deadlock rolled back are certainly not
+// applied: they are sent again (see resendRolledBack), never reported as
+// a conflict, which would tell the host its run moved on.
 func (d *Driver) commitStepGroup(group []*stepReq) {
 	live := make([]*stepReq, 0, len(group))
 	for _, r := range group {
@@ -133,10 +136,21 @@ func (d *Driver) commitStepGroup(group []*stepReq) {
 		}
 		live = append(live, r)
 	}
-	if len(live) == 0 {
-		return
-	}
 	slices.SortStableFunc(live, func(x, y *stepReq) int { return strings.Compare(x.b.ThreadID, y.b.ThreadID) })
+	resendRolledBack(live, d.sendStepGroup, func(r *stepReq, err error) { r.done <- err },
+		func(r *stepReq, state, msg string) error {
+			return fmt.Errorf("%w: pgstore: steps of run %s rolled back on every try (%s, SQLSTATE %s); not applied",
+				driver.ErrUnavailable, r.b.RunID, msg, state)
+		})
+}
+
+// sendStepGroup sends live as one transaction and answers each member,
+// except those rolled back by a serialization failure or deadlock, which
+// it returns with their SQLSTATE and message.
+func (d *Driver) sendStepGroup(live []*stepReq) []rolledBackMember[*stepReq] {
+	if len(live) == 0 {
+		return nil
+	}
 	type outcome struct{ state, constraint, message, detail *string }
 	outs := make([]outcome, len(live))
 	// The group runs under its own context: its members' contexts may end
@@ -161,13 +175,14 @@ func (d *Driver) commitStepGroup(group []*stepReq) {
 		sent = true
 		return conn.SendBatch(ctx, batch).Close()
 	})
+	var again []rolledBackMember[*stepReq]
 	for i, r := range live {
 		o := outs[i]
 		switch {
 		case err == nil && o.state == nil:
 			r.done <- nil
-		case err == nil && (*o.state == "40001" || *o.state == "40P01"):
-			r.done <- fmt.Errorf("%w: pgstore: %s (SQLSTATE %s)", driver.ErrVersionConflict, deref(o.message), *o.state)
+		case err == nil && retryableState(*o.state):
+			again = append(again, rolledBackMember[*stepReq]{r, *o.state, deref(o.message)})
 		case err == nil:
 			r.done <- mapError(&pgconn.PgError{Code: *o.state, ConstraintName: deref(o.constraint), Message: deref(o.message), Detail: deref(o.detail)})
 		case sent && !rolledBack(err) && connectionLost(err):
@@ -177,6 +192,7 @@ func (d *Driver) commitStepGroup(group []*stepReq) {
 			r.done <- mapOpError(ctx, err)
 		}
 	}
+	return again
 }
 
 // ReadSteps implements driver.StepStore.
