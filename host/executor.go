@@ -526,13 +526,17 @@ func (e *execution) injectionHook(ctx context.Context, s model.StepSettings) (mo
 	if len(entries) == 0 {
 		return s, nil
 	}
-	res, err := rt.st.Take(context.WithoutCancel(ctx), e.run, entries, rt.cfg.NewID("step"), e.nextSeq, s.Step)
+	stepID := rt.cfg.NewID("step")
+	res, err := rt.st.Take(context.WithoutCancel(ctx), e.run, entries, stepID, e.nextSeq, s.Step)
 	if err != nil {
-		// Nothing taken; whether the take landed is settled by the store
-		// (a lost reply is read back), so an error here means it did not,
-		// or the run moved on: the next commit says which.
-		rt.log.Warn("injection: the take failed; taking nothing at this boundary", "run", e.run.ID, "err", err)
-		return s, nil
+		st, landed := e.takeLanded(stepID, err)
+		if !landed {
+			// Nothing taken; if the run moved on, the next commit says so.
+			rt.log.Warn("injection: the take failed; taking nothing at this boundary", "run", e.run.ID, "err", err)
+			return s, nil
+		}
+		rt.log.Warn("injection: the take's reply was lost; it landed", "run", e.run.ID, "err", err)
+		res = store.TakeResult{Step: &st}
 	}
 	for _, d := range res.Refused {
 		rt.log.Info("injection: take refused", "run", e.run.ID, "queued_run", d.RunID, "reason", d.Reason)
@@ -562,6 +566,33 @@ func (e *execution) injectionHook(ctx context.Context, s model.StepSettings) (mo
 	return s, nil
 }
 
+// takeLanded settles a take that failed with err: when its outcome may be
+// unknown (a lost reply, a driver that failed after it was sent), it reads
+// the run's step log at the take's Seq, retrying while the store does not
+// answer, and reports the take's record if the take landed. Acting on a
+// take believed lost that landed would have the run's next step refused
+// for its Seq, and the run stop as if it had moved on.
+func (e *execution) takeLanded(stepID string, err error) (record.Step, bool) {
+	if !transient(err) {
+		return record.Step{}, false // refused: nothing was written
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		got, rerr := e.rt.st.ReadSteps(e.ex.ctx, e.run.ID, e.nextSeq-1, 1)
+		if rerr == nil {
+			if len(got) == 1 && got[0].ID == stepID && got[0].Kind == record.StepTake {
+				return got[0], true
+			}
+			return record.Step{}, false
+		}
+		e.rt.log.Warn("injection: reading back a take of unknown outcome failed; retrying", "run", e.run.ID, "step", stepID, "err", rerr, "backoff", backoff)
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return record.Step{}, false // abandoned: nothing more is done for the run here
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 // inputIDs lists the messages the run answers: its own, then those taken.
 func (e *execution) inputIDs() []string {
 	ids := slices.Clone(e.run.InputMessageIDs)
@@ -587,11 +618,23 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 	rt := e.rt
 	c.ThreadID, c.RunID, c.Owner = e.run.ThreadID, e.run.ID, e.run.Owner
 	backoff := 50 * time.Millisecond
+	unsure := false // an earlier try's outcome is unknown: it may have landed
 	for {
 		if e.ex.ctx.Err() != nil {
 			return
 		}
 		done, dropped, err := rt.st.CommitTerminal(context.WithoutCancel(e.ex.ctx), c)
+		if err != nil && unsure && (errors.Is(err, runstate.ErrNotActive) || errors.Is(err, runstate.ErrNotOwner)) {
+			// The run ended: by the earlier try, or by something else.
+			if done, dropped, ok := e.landed(c); ok {
+				rt.log.Warn("terminal commit's reply was lost; it landed", "run", e.run.ID)
+				e.committed(done, c, dropped)
+				return
+			}
+		}
+		if err != nil && transient(err) {
+			unsure = true
+		}
 		switch {
 		case err == nil:
 			e.committed(done, c, dropped)
@@ -628,6 +671,27 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// landed reads the run back after a terminal commit c whose outcome was
+// unknown was followed by a refusal because the run is no longer active,
+// and reports whether c is what ended it: the run ended with c's reason
+// under c's owner (a cancel ends it canceled; a recovery changes its
+// owner). The absorb entries it kept are those whose runs it absorbed.
+func (e *execution) landed(c runstate.CommitTerminal) (record.Run, []runstate.DroppedAbsorb, bool) {
+	ctx := e.ex.ctx
+	done, err := e.rt.st.GetRun(ctx, c.RunID)
+	if err != nil || !IsTerminal(done.State) || done.TerminalReason != c.Reason || done.Owner != c.Owner || done.Attempt != e.run.Attempt {
+		return record.Run{}, nil, false
+	}
+	var dropped []runstate.DroppedAbsorb
+	for _, a := range c.Absorb {
+		r, err := e.rt.st.GetRun(ctx, a.RunID)
+		if err != nil || r.AbsorbedIntoRunID != done.ID {
+			dropped = append(dropped, runstate.DroppedAbsorb{RunID: a.RunID, Reason: "not absorbed (read back after a lost reply)"})
+		}
+	}
+	return done, dropped, true
 }
 
 func (e *execution) committed(done record.Run, c runstate.CommitTerminal, dropped []runstate.DroppedAbsorb) {

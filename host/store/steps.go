@@ -48,19 +48,24 @@ func (s *Store) CommitSteps(ctx context.Context, run record.Run, steps []record.
 			return nil
 		case errors.Is(err, driver.ErrFenced):
 			return &FencedError{ThreadID: run.ThreadID, Err: err}
-		case attempt == 0 && (errors.Is(err, driver.ErrInvalidArgument) || errors.Is(err, driver.ErrTooLarge)),
-			errors.Is(err, driver.ErrClosed):
+		case errors.Is(err, driver.ErrClosed):
 			return fmt.Errorf("committing steps of run %s: %w", run.ID, err)
 		}
-		// Unavailable, or, after a retry, a refusal that may be this very
-		// batch applied by an earlier attempt whose reply was lost (its
-		// Seq taken: a conflict; its ids stored: invalid): read it back.
+		// Unavailable, or a refusal that may be this very batch applied by
+		// an earlier try whose reply was lost (its Seq taken: a conflict;
+		// its ids stored: invalid): read it back. The earlier try may be
+		// the caller's, before a call of its own that returned
+		// ErrOutcomeUnknown, so a first refusal is read back too.
 		applied, serr := s.stepsApplied(ctx, run.ID, steps)
 		switch {
 		case serr == nil && applied:
 			return nil
-		case errors.Is(err, driver.ErrVersionConflict), errors.Is(err, driver.ErrInvalidArgument), errors.Is(err, driver.ErrTooLarge):
+		case serr == nil && (errors.Is(err, driver.ErrVersionConflict) || errors.Is(err, driver.ErrInvalidArgument) || errors.Is(err, driver.ErrTooLarge)):
 			return fmt.Errorf("committing steps of run %s: %w", run.ID, err)
+		case errors.Is(err, driver.ErrInvalidArgument) || errors.Is(err, driver.ErrTooLarge):
+			// Refused for what it holds, or already stored: which is not
+			// known until the log can be read.
+			return fmt.Errorf("%w: committing steps of run %s: %w (reading back: %w)", ErrOutcomeUnknown, run.ID, err, serr)
 		case serr != nil && ctx.Err() != nil:
 			return fmt.Errorf("%w: committing steps of run %s: %w (reading back: %w)", ErrOutcomeUnknown, run.ID, err, serr)
 		case attempt+1 >= s.opt.MaxRetries:
@@ -75,6 +80,18 @@ func (s *Store) CommitSteps(ctx context.Context, run record.Run, steps []record.
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// StepsApplied reports whether steps, committed for the run runID by a call
+// whose outcome is unknown, are in the run's log: by id, at their Seq.
+func (s *Store) StepsApplied(ctx context.Context, runID string, steps []record.Step) (bool, error) {
+	if s.steps == nil {
+		return false, ErrNoSteps
+	}
+	if len(steps) == 0 {
+		return true, nil
+	}
+	return s.stepsApplied(ctx, runID, steps)
 }
 
 // stepsApplied reports whether steps are in their run's log, by id at
