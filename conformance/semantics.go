@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/agenthost/agenthost/abi/record"
@@ -60,6 +61,28 @@ func (c *C) complete(rule string, s *store.Store, thread, runID, answer string, 
 		Reason: record.ReasonCompleted, Answer: answer, Absorb: absorb})
 	c.ok(rule, "completing run "+runID, err)
 	return r, dropped
+}
+
+// took has the active run take entries at a step boundary, as its executor
+// does before the model sees them, when the store keeps step records: over
+// it a completing run absorbs only runs it took. Over a driver of store
+// protocol 1 nothing is taken, and absorption is judged on the queue alone.
+func (c *C) took(rule string, s *store.Store, run record.Run, entries ...runstate.AbsorbEntry) {
+	if !s.StepsKept() {
+		return
+	}
+	steps, err := s.ReadSteps(c.ctx, run.ID, 0, 0)
+	c.ok(rule, "reading the steps of run "+run.ID, err)
+	var takes []record.Take
+	for _, e := range entries {
+		takes = append(takes, record.Take{RunID: e.RunID, InputMessageIDs: e.InputMessageIDs})
+	}
+	seq := int64(len(steps) + 1)
+	res, err := s.Take(c.ctx, run, takes, fmt.Sprintf("%s-take-%d", run.ID, seq), seq, 1)
+	c.ok(rule, "run "+run.ID+" taking its offered inputs", err)
+	if res.Step == nil || len(res.Refused) != 0 {
+		c.Fatalf(rule, "run %s's take of %+v took %+v, refused %v", run.ID, entries, res.Step, res.Refused)
+	}
 }
 
 // answer fails rule unless run id's result is the answer want.
@@ -149,6 +172,7 @@ func testS1(c *C) {
 	if !b.Offer || b.ActiveRunID != A.ID {
 		c.Fatalf(rule, "b admitted with inject: %+v, want an offer to %s", b, A.ID)
 	}
+	c.took(rule, s, A, entry(b, b.InputMessageID))
 	done, dropped := c.complete(rule, s, th, A.ID, "answer A", entry(b, b.InputMessageID))
 	if len(dropped) != 0 || !slices.Equal(done.InputMessageIDs, []string{a.InputMessageID, b.InputMessageID}) {
 		c.Fatalf(rule, "A committed %+v, dropped %v; want inputs [a b]", done, dropped)
@@ -178,6 +202,7 @@ func testAbsorbingPair(c *C) {
 	c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)
+	c.took(rule, s, A, entry(b, b.InputMessageID))
 	snap, err := d.LoadThread(c.ctx, th)
 	c.ok(rule, "LoadThread", err)
 	_, _, err = s.CommitTerminal(c.ctx, runstate.CommitTerminal{ThreadID: th, RunID: A.ID, Owner: owner,
@@ -213,6 +238,7 @@ func testS5(c *C) {
 	if !cc.Coalesced || cc.RunID != b.RunID {
 		c.Fatalf(rule, "c with inject+coalescePending = %+v, want it to join run %s", cc, b.RunID)
 	}
+	c.took(rule, s, A, entry(b, b.InputMessageID, cc.InputMessageID))
 	done, dropped := c.complete(rule, s, th, A.ID, "answer A", entry(b, b.InputMessageID, cc.InputMessageID))
 	if len(dropped) != 0 || !slices.Equal(done.InputMessageIDs, []string{a.InputMessageID, b.InputMessageID, cc.InputMessageID}) {
 		c.Fatalf(rule, "A committed with inputs %v, dropped %v; want [a b c], nothing dropped", done.InputMessageIDs, dropped)
@@ -231,9 +257,28 @@ func testS6(c *C) {
 	a := c.admit(rule, s, th, "", "a", nil)
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "", "b", inject)
-	// A took b at its last boundary; then c coalesces into B.
+	// A took b at its last boundary; then c arrives with coalescePending.
+	c.took(rule, s, A, entry(b, b.InputMessageID))
 	cc := c.admit(rule, s, th, "", "c", injectCoalesce)
 	done, dropped := c.complete(rule, s, th, A.ID, "answer A", entry(b, b.InputMessageID))
+	if s.StepsKept() {
+		// The take is durable: c does not join the taken run, which is
+		// absorbed whole; c gets a run of its own.
+		if len(dropped) != 0 || !slices.Equal(done.InputMessageIDs, []string{a.InputMessageID, b.InputMessageID}) || cc.Coalesced {
+			c.Fatalf(rule, "A committed with inputs %v, dropped %v, c coalesced %v; want [a b], nothing dropped, c on its own", done.InputMessageIDs, dropped, cc.Coalesced)
+		}
+		C := c.getRun(rule, s.Driver(), cc.RunID)
+		if C.State != record.StateQueued || !slices.Equal(C.InputMessageIDs, []string{cc.InputMessageID}) {
+			c.Fatalf(rule, "C is %s with inputs %v, want queued with [c]", C.State, C.InputMessageIDs)
+		}
+		c.startRun(rule, s, th)
+		c.complete(rule, s, th, C.ID, "answer C")
+		c.answer(rule, s, b.RunID, "answer A")
+		c.answer(rule, s, cc.RunID, "answer C")
+		c.invariants(s, th)
+		return
+	}
+	// The take was the executor's alone: c joined B, and the entry is stale.
 	if len(dropped) != 1 || dropped[0].RunID != b.RunID || !slices.Equal(done.InputMessageIDs, []string{a.InputMessageID}) {
 		c.Fatalf(rule, "A committed with inputs %v, dropped %v; want the entry for B dropped", done.InputMessageIDs, dropped)
 	}
@@ -265,6 +310,7 @@ func testS7(c *C) {
 		c.Fatalf("semantics.S12", "a refused terminal commit moved the thread from version %d to %d", before.Thread.Version, after.Thread.Version)
 	}
 	// A took b, then the model fails: no absorption.
+	c.took(rule, s, A, entry(b, b.InputMessageID))
 	failed, _, err := s.CommitTerminal(c.ctx, runstate.CommitTerminal{ThreadID: th, RunID: A.ID, Owner: owner, Reason: record.ReasonFailed, Error: "model failed"})
 	c.ok(rule, "failing A", err)
 	if failed.State != record.StateFailed || failed.Error == "" {
@@ -298,6 +344,7 @@ func testS10(c *C) {
 	}
 	A := c.startRun(rule, s, th)
 	b := c.admit(rule, s, th, "kb", "b", inject)
+	c.took(rule, s, A, entry(b, b.InputMessageID))
 	c.complete(rule, s, th, A.ID, "answer A", entry(b, b.InputMessageID))
 	dup := c.admit(rule, s, th, "kb", "b", inject)
 	if !dup.Duplicate || dup.AnsweredByRunID != A.ID {

@@ -22,6 +22,9 @@ type world struct {
 	msgs    []record.Message
 	idem    map[string]record.Idempotency // thread/key
 	clock   time.Time
+	// stepsKept: the store keeps step records (`store steps=kept`); a file
+	// starts as over a store without them.
+	stepsKept bool
 }
 
 func newWorld() *world {
@@ -43,7 +46,7 @@ func (w *world) snapshot(thread, key string) runstate.Snapshot {
 	if !ok {
 		t = record.Thread{ID: thread}
 	}
-	s := runstate.Snapshot{Thread: t}
+	s := runstate.Snapshot{Thread: t, StepsKept: w.stepsKept}
 	for _, id := range t.OpenRunIDs {
 		s.Open = append(s.Open, w.runs[id])
 	}
@@ -127,6 +130,14 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	thread := arg(d, "thread", "T")
 	key := ""
 	switch d.Cmd {
+	case "store":
+		switch v := arg(d, "steps", ""); v {
+		case "kept", "none":
+			w.stepsKept = v == "kept"
+			return "steps " + v
+		default:
+			t.Fatalf("store steps=%q: want kept or none", v)
+		}
 	case "admit":
 		key = arg(d, "key", "")
 		// Ids follow the content: input a of thread T is message a of run A,

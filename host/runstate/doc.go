@@ -30,8 +30,9 @@
 //     is written with them. Invalid entries are refused, never fatal.
 //   - CommitTerminal: only the active run's owner may end it. Only a completed
 //     run may absorb. Each absorb entry must name the next queued run with
-//     exactly the inputs it holds, not taken by another run; stale entries
-//     are dropped, never fatal. Kept entries move their inputs into the
+//     exactly the inputs it holds, not taken by another run, and, over a
+//     store that keeps steps (Snapshot.StepsKept), taken by this run; stale
+//     entries are dropped, never fatal. Kept entries move their inputs into the
 //     completing run and end their runs superseded/absorbed, pointing at it,
 //     with no assistant message; the run's TranscriptIDs keep where the model
 //     saw them. Runs it took and did not absorb are released (TakenBy

@@ -368,6 +368,9 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 			why = "run's inputs changed since they were taken"
 		case queue[e.at].TakenBy != "" && queue[e.at].TakenBy != run.ID:
 			why = "run is taken by run " + queue[e.at].TakenBy
+		case s.StepsKept && queue[e.at].TakenBy != run.ID:
+			// The model was never shown what was not durably taken.
+			why = "run was not taken by run " + run.ID
 		}
 		if why != "" {
 			dropped = append(dropped, DroppedAbsorb{RunID: e.entry.RunID, Reason: why})

@@ -13,6 +13,12 @@ type Snapshot struct {
 	Thread      record.Thread
 	Open        []record.Run
 	Idempotency *record.Idempotency
+	// StepsKept: the store keeps step records (store protocol 2), so the
+	// inputs a run answers besides its own are taken (Take) before the
+	// model sees them, and a completing run absorbs only the queued runs
+	// it took. Over a store without them (protocol 1) nothing is ever
+	// taken, and absorption is judged on the queue alone.
+	StepsKept bool
 }
 
 // Action is an input policy's answer for an input that arrives while its

@@ -399,7 +399,7 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 			attempt--
 			return true
 		}
-		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs}
+		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs, StepsKept: s.steps != nil}
 		// From the cache, the key is not looked up: had it been written, the
 		// driver refuses the batch's copy (ErrVersionConflict), and the
 		// retry reads it.

@@ -126,6 +126,10 @@ func TestAbsorbedKeyFollowsPointer(t *testing.T) {
 	if err != nil || len(prompt) != 2 {
 		t.Fatalf("prompt %v %v", prompt, err)
 	}
+	// A takes b (the store keeps steps: a run absorbs only what it took).
+	if res, err := s.Take(ctx, runA, []record.Take{{RunID: b.RunID, InputMessageIDs: []string{b.InputMessageID}}}, "take-1", 1, 1); err != nil || res.Step == nil {
+		t.Fatalf("take: %+v %v", res, err)
+	}
 	done, dropped, err := s.CommitTerminal(ctx, runstate.CommitTerminal{
 		ThreadID: "T", RunID: a.RunID, Owner: "h1", Reason: record.ReasonCompleted, Answer: "• point",
 		Absorb: []runstate.AbsorbEntry{{RunID: b.RunID, InputMessageIDs: []string{b.InputMessageID}}},
