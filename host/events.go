@@ -130,12 +130,18 @@ func (l *eventLog) since(runID string, seq int64) ([]Event, <-chan struct{}) {
 // ids, so a client resumes with Last-Event-ID wherever it reconnects.
 //
 // The id of an event is its place in the run's records: the events of step
-// record Seq s have ids s·eventSlots + k (k = 0: the start of an attempt
-// whose first record it is; 1: step_committed; 2…: the calls, takes or
-// result it holds); admitted is 1; the start of an attempt with no record
-// yet, and the terminal event, take the slots of the record that would come
-// next (k = 0 and eventSlots−1). Ids only grow along the run.
-const eventSlots = 1 << 20
+// record Seq s have ids s·eventSlots + k. In the slot of record s, k below
+// startSlots is the start of attempt k (for every attempt whose first record
+// is s, or, for an attempt that wrote none, the first record written after
+// it); k = startSlots is step_committed, and the calls, takes or result the
+// record holds follow. admitted is 1; the starts of attempts after the last
+// record take the slot of the record that would come next, and the terminal
+// event its last id (eventSlots−1). So two attempts that start before the
+// same record have two ids, and ids only grow along the run.
+const (
+	eventSlots = 1 << 20
+	startSlots = 1 << 10
+)
 
 // IsDurableEvent reports whether events of type typ are derived from the
 // records (RunEvents); the others (step_started, delta, step_finished) are
@@ -175,25 +181,32 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 		admitted["decision"] = d
 	}
 	add(1, EventAdmitted, run.CreatedAt, admitted)
-	started := func(base int64, attempt int, at time.Time) {
-		if attempt == run.Attempt && !run.StartedAt.IsZero() {
-			at = run.StartedAt
-		}
-		add(base, EventStarted, at, map[string]string{"attempt": strconv.Itoa(attempt)})
+	// Every attempt up to the last started one started (an attempt is the
+	// run's execution after a recovery, which only an active run has).
+	startedUpTo := run.Attempt
+	if run.StartedAt.IsZero() {
+		startedUpTo--
 	}
-	attempt := 0
+	attempt := 0 // the last attempt whose start was placed
+	starts := func(base int64, upTo int, at time.Time) {
+		for ; attempt < min(upTo, startSlots-1); attempt++ {
+			a := attempt + 1
+			when := at // an attempt that wrote no record: at the latest then
+			if a == run.Attempt && !run.StartedAt.IsZero() {
+				when = run.StartedAt
+			}
+			add(base+int64(a), EventStarted, when, map[string]string{"attempt": strconv.Itoa(a)})
+		}
+	}
 	toolNames := map[string]string{}
 	last := int64(0)
 	for _, st := range steps {
 		base := st.Seq * eventSlots
 		last = st.Seq
-		if st.Attempt != attempt {
-			attempt = st.Attempt
-			started(base, attempt, st.CreatedAt)
-		}
+		starts(base, st.Attempt, st.CreatedAt)
 		step := strconv.Itoa(st.Model)
-		add(base+1, EventStepCommitted, st.CreatedAt, map[string]string{"seq": strconv.FormatInt(st.Seq, 10), "kind": string(st.Kind), "step": step})
-		k := int64(2)
+		add(base+startSlots, EventStepCommitted, st.CreatedAt, map[string]string{"seq": strconv.FormatInt(st.Seq, 10), "kind": string(st.Kind), "step": step})
+		k := int64(startSlots + 1)
 		switch st.Kind {
 		case record.StepModel:
 			for i, c := range st.Message.ToolCalls {
@@ -218,9 +231,11 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 		}
 	}
 	next := (last + 1) * eventSlots
-	if !run.StartedAt.IsZero() && run.Attempt != attempt {
-		started(next, run.Attempt, run.StartedAt)
+	at := run.StartedAt
+	if at.IsZero() {
+		at = run.EndedAt
 	}
+	starts(next, startedUpTo, at)
 	switch {
 	case run.TerminalReason == record.ReasonAbsorbed:
 		add(next+eventSlots-1, EventAbsorbed, run.EndedAt, map[string]string{"into_run_id": run.AbsorbedIntoRunID})

@@ -136,6 +136,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 3
 	}
+	if cfg.MaxAttempts >= startSlots {
+		// Each attempt's started event has an id of its own (see eventSlots).
+		return nil, fmt.Errorf("host: Config.MaxAttempts %d exceeds %d", cfg.MaxAttempts, startSlots-1)
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
 	}

@@ -288,6 +288,9 @@ func (c Config) validate() error {
 	if c.MaxSteps <= 0 || c.MaxConcurrentRuns <= 0 || c.MaxAttempts <= 0 || c.MaxBodyBytes <= 0 || c.HistoryWindow <= 0 {
 		errs = append(errs, errors.New("history_window, max_steps, max_concurrent_runs, max_attempts and max_body_bytes must be positive"))
 	}
+	if c.MaxAttempts > 1023 {
+		errs = append(errs, fmt.Errorf("max_attempts %d: at most 1023 (each attempt has an event id of its own)", c.MaxAttempts))
+	}
 	if c.ShutdownTimeout <= 0 || c.DriverStopTimeout <= 0 || c.DriverCallTimeout <= 0 {
 		errs = append(errs, errors.New("shutdown_timeout, driver_stop_timeout and driver_call_timeout must be positive"))
 	}
