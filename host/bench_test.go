@@ -15,6 +15,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
@@ -370,4 +371,88 @@ func fillThread(b *testing.B, d driver.Driver, thread string, n int) {
 	if _, err := d.Commit(context.Background(), batch); err != nil {
 		b.Fatalf("filling thread %s: %v", thread, err)
 	}
+}
+
+// BenchmarkDurableSteps: a five-step run with tools (four model steps that
+// each call a tool, then the answer) at 64 runs at once, each client
+// submitting to its own thread and waiting for the answer, over badgerstore
+// through the plugin: with durable steps (nine step records and the
+// terminal commit per run) and without (the same driver process seen as
+// store protocol 1: only the terminal commit is written). The two runtimes,
+// each over a driver process of its own, take turns round by round (A B, B
+// A, ...), so that both meet the same machine; the ratio is the median of
+// the rounds' ratios of time per run. b.N runs go to each side.
+func BenchmarkDurableSteps(b *testing.B) {
+	const clients, round = 64, 256
+	steps := make([]model.ScriptStep, 4)
+	for i := range steps {
+		steps[i] = model.ScriptStep{Tool: &model.ScriptTool{Name: "lookup"}}
+	}
+	script := model.Script{Steps: append(steps, model.ScriptStep{Answer: "done"})}
+	on := launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
+	off := driverhost.Of(launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()}))
+	sides := []struct {
+		name string
+		rt   *host.Runtime
+		took time.Duration
+		runs int
+	}{
+		{name: "on", rt: benchRuntime(b, on, nil, script, clients)},
+		{name: "off", rt: benchRuntime(b, off, nil, script, clients)},
+	}
+	if !sides[0].rt.Stats().DurableSteps || sides[1].rt.Stats().DurableSteps {
+		b.Fatal("the runtimes do not differ in durable steps")
+	}
+	ctx := context.Background()
+	thread := 0
+	drive := func(rt *host.Runtime, n int) time.Duration {
+		base := thread
+		thread += n
+		began := time.Now()
+		var wg sync.WaitGroup
+		for c := range min(clients, n) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := c; i < n; i += clients {
+					tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", (base+i)/50), "go", host.SubmitOptions{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := tk.Wait(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(began)
+	}
+	stepsBefore := sides[0].rt.Stats().StepCommits
+	b.ResetTimer()
+	var ratios []float64
+	for k, done := 0, 0; done < b.N; k++ {
+		n := min(round, b.N-done)
+		var per [2]float64
+		for j := range 2 {
+			s := &sides[(k+j)%2] // alternate which goes first
+			d := drive(s.rt, n)
+			s.took += d
+			s.runs += n
+			per[(k+j)%2] = float64(d) / float64(n)
+		}
+		ratios = append(ratios, per[0]/per[1])
+		done += n
+	}
+	b.StopTimer()
+	sort.Float64s(ratios)
+	for _, s := range sides {
+		b.ReportMetric(float64(s.took)/1e6/float64(s.runs), "ms/run:"+s.name)
+		b.ReportMetric(float64(s.runs)/s.took.Seconds(), "runs/s:"+s.name)
+	}
+	b.ReportMetric(ratios[len(ratios)/2], "ratio:on/off")
+	b.ReportMetric(float64(sides[0].rt.Stats().StepCommits-stepsBefore)/sides[0].took.Seconds(), "steps/s:on")
+	b.ReportMetric(float64(sides[0].rt.Stats().StepCommits-stepsBefore)/float64(sides[0].runs), "steps/run:on")
 }

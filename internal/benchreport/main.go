@@ -101,7 +101,7 @@ func run(out, scale string) error {
 		{pkg: "./host/driverhost", bench: ".", benchtime: scale},
 		{pkg: "./host/wasm", bench: "Decide", benchtime: "100000x"},
 		{pkg: "./host/wasm", bench: "Load|Instance", benchtime: "10x"},
-		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued|ThreadLength", benchtime: scale},
+		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued|ThreadLength|DurableSteps", benchtime: scale},
 		{pkg: "./host", bench: "Recovery", benchtime: "1x"},
 		// Measured in turn, round by round (pairs): each run for a third
 		// of the benchtime.
