@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -178,6 +182,16 @@ func detach(srv *fuse.Server, dir string) error {
 	if err := srv.Unmount(); err == nil {
 		return nil
 	}
+	if err := lazyDetach(dir); err != nil {
+		return err
+	}
+	go srv.Wait()
+	return nil
+}
+
+// lazyDetach detaches the mount on dir, which the kernel ends once nothing
+// holds it.
+func lazyDetach(dir string) error {
 	var err error
 	if os.Geteuid() == 0 {
 		err = syscall.Unmount(dir, syscall.MNT_DETACH)
@@ -194,6 +208,55 @@ func detach(srv *fuse.Server, dir string) error {
 	if err != nil {
 		return fmt.Errorf("lazyfs: unmounting %s: %w", dir, err)
 	}
-	go srv.Wait()
 	return nil
+}
+
+// DetachStale detaches the mounts of this file system under dir whose
+// server is gone (a process that mounted one and died without unmounting
+// it: the mount point then answers ENOTCONN, and nothing can remove the
+// directory it is in), and returns their mount points. Live mounts, of
+// this process or another, are left alone.
+func DetachStale(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "fuse.lazyfs" {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp != dir && !strings.HasPrefix(mp, dir+"/") {
+			continue
+		}
+		if _, err := os.Stat(mp); !errors.Is(err, syscall.ENOTCONN) {
+			continue
+		}
+		if err := lazyDetach(mp); err != nil {
+			return out, err
+		}
+		out = append(out, mp)
+	}
+	return out, nil
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

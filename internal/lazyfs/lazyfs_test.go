@@ -33,10 +33,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// helper maps path shared and does what h says: "write-sync" writes
+// helper maps path shared and does what h says (or, for
+// "mount-and-die", mounts a file system on path and exits without
+// unmounting it): "write-sync" writes
 // "mapped" at 4096 and msyncs, "write" writes it without a sync, "read"
 // prints the 6 bytes at 4096.
 func helper(h, path string) error {
+	if h == "mount-and-die" {
+		if _, err := lazyfs.Mount(path, lazyfs.Options{}); err != nil {
+			return err
+		}
+		os.Exit(0) // without unmounting
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return err
@@ -395,5 +403,36 @@ func TestMountErrors(t *testing.T) {
 	must(t, os.WriteFile(p, nil, 0o644))
 	if _, err := lazyfs.Mount(p, lazyfs.Options{}); err == nil || errors.Is(err, lazyfs.ErrUnavailable) {
 		t.Errorf("mounting on a file: %v", err)
+	}
+}
+
+// TestDetachStale: a mount whose process died is detached, a live one is
+// left alone.
+func TestDetachStale(t *testing.T) {
+	live := mount(t, lazyfs.Options{})
+	parent := filepath.Dir(live.Dir())
+	dead := filepath.Join(parent, "dead")
+	must(t, os.Mkdir(dead, 0o755))
+	exe, err := os.Executable()
+	must(t, err)
+	cmd := exec.Command(exe, "-test.run=^$", dead)
+	cmd.Env = append(os.Environ(), helperEnv+"=mount-and-die")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("the dead mount answers %v, want ENOTCONN", err)
+	}
+	got, err := lazyfs.DetachStale(parent)
+	must(t, err)
+	if !slices.Equal(got, []string{dead}) {
+		t.Fatalf("detached %v, want [%s]", got, dead)
+	}
+	if _, err := os.Stat(dead); err != nil {
+		t.Fatalf("after the detach: %v", err)
+	}
+	write(t, filepath.Join(live.Dir(), "still"), "live", false)
+	if got := content(t, filepath.Join(live.Dir(), "still")); got != "live" {
+		t.Fatalf("the live mount reads %q", got)
 	}
 }
