@@ -14,16 +14,25 @@ import (
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
-// acksBeforeWrite is a durable driver but for one rule of the crash tier:
-// it keeps its records in memory and in a log file under its data
-// directory, replayed at open, but acknowledges a commit before the commit
-// reaches the log, which it writes a little later. Closed cleanly, it loses
-// nothing; killed, it loses the commits acknowledged in the last moments.
-type acksBeforeWrite struct {
+// logDriver keeps its records in memory and in a log file under its data
+// directory, replayed at open: each commit and each step batch a line. It
+// is durable but for one rule, by its flavour:
+//
+//   - acks-before-write acknowledges a commit before the commit reaches the
+//     log, which it writes (and syncs) a little later. Closed cleanly, it
+//     loses nothing; killed, it loses the commits acknowledged in the last
+//     moments.
+//   - acks-unsynced writes every commit to the log before acknowledging it,
+//     but never syncs the log (nor its directory). Killed, it loses nothing
+//     (the kernel keeps the writes); at a power cut, it loses what the
+//     kernel had not yet written back: on the suite's power cut file
+//     system, everything.
+type logDriver struct {
 	*memdriver.Driver
+	name  string
 	mu    sync.Mutex
 	f     *os.File
-	queue []queued // acknowledged, not yet logged, in commit order
+	queue []queued // acks-before-write: acknowledged, not yet logged, in commit order
 }
 
 type queued struct {
@@ -31,13 +40,20 @@ type queued struct {
 	due  time.Time
 }
 
-// writeDelay is how long an acknowledged commit waits before it is logged.
+// logEntry is one line of the log.
+type logEntry struct {
+	Batch *driver.Batch     `json:"batch,omitempty"`
+	Steps *driver.StepBatch `json:"steps,omitempty"`
+}
+
+// writeDelay is how long an acknowledged commit of acks-before-write waits
+// before it is logged.
 const writeDelay = 500 * time.Millisecond
 
-func openAcksBeforeWrite(config map[string]string) (driver.Driver, error) {
+func openLogDriver(name string, config map[string]string) (driver.Driver, error) {
 	dir := config["dir"]
 	if dir == "" {
-		return nil, fmt.Errorf("%w: broken driver acks-before-write needs a dir", driver.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: broken driver %s needs a dir", driver.ErrInvalidArgument, name)
 	}
 	p := filepath.Join(dir, "batches.log")
 	d := memdriver.New()
@@ -45,11 +61,17 @@ func openAcksBeforeWrite(config map[string]string) (driver.Driver, error) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(nil, 64<<20)
 		for sc.Scan() {
-			var b driver.Batch
-			if err := json.Unmarshal(sc.Bytes(), &b); err != nil {
+			var e logEntry
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				break // a torn last line
 			}
-			if _, err := d.Commit(context.Background(), b); err != nil {
+			switch {
+			case e.Batch != nil:
+				_, err = d.Commit(context.Background(), *e.Batch)
+			case e.Steps != nil:
+				err = d.CommitSteps(context.Background(), *e.Steps)
+			}
+			if err != nil {
 				f.Close()
 				return nil, fmt.Errorf("replaying %s: %w", p, err)
 			}
@@ -60,16 +82,16 @@ func openAcksBeforeWrite(config map[string]string) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &acksBeforeWrite{Driver: d, f: f}, nil
+	return &logDriver{Driver: d, name: name, f: f}, nil
 }
 
-func (a *acksBeforeWrite) Info(ctx context.Context) (driver.Info, error) {
+func (a *logDriver) Info(ctx context.Context) (driver.Info, error) {
 	info, err := a.Driver.Info(ctx)
-	info.Name, info.Durable = "broken-acks-before-write", true
+	info.Name, info.Durable = "broken-"+a.name, true
 	return info, err
 }
 
-func (a *acksBeforeWrite) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+func (a *logDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	// Commits are applied and logged in one order under the lock, so the
 	// log replays them in the order they were applied.
 	a.mu.Lock()
@@ -78,21 +100,43 @@ func (a *acksBeforeWrite) Commit(ctx context.Context, b driver.Batch) (int64, er
 	if err != nil {
 		return v, err
 	}
-	line, err := json.Marshal(b)
-	if err != nil {
-		return 0, err
+	return v, a.log(logEntry{Batch: &b})
+}
+
+func (a *logDriver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.Driver.CommitSteps(ctx, b); err != nil {
+		return err
 	}
-	a.queue = append(a.queue, queued{line: append(line, '\n'), due: time.Now().Add(writeDelay)})
+	return a.log(logEntry{Steps: &b})
+}
+
+// log logs e, or queues it (acks-before-write); the lock is held.
+func (a *logDriver) log(e logEntry) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	if a.name == "acks-unsynced" {
+		_, err := a.f.Write(line) // and no Sync
+		return err
+	}
+	a.queue = append(a.queue, queued{line: line, due: time.Now().Add(writeDelay)})
 	time.AfterFunc(writeDelay, func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.flush(time.Now())
 	})
-	return v, nil
+	return nil
 }
 
 // flush logs the queued commits due by now, in order; the lock is held.
-func (a *acksBeforeWrite) flush(now time.Time) {
+func (a *logDriver) flush(now time.Time) {
+	if a.f == nil {
+		return
+	}
 	n := 0
 	for n < len(a.queue) && !a.queue[n].due.After(now) {
 		_, _ = a.f.Write(a.queue[n].line)
@@ -104,7 +148,7 @@ func (a *acksBeforeWrite) flush(now time.Time) {
 	}
 }
 
-func (a *acksBeforeWrite) Close(ctx context.Context) error {
+func (a *logDriver) Close(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.f != nil {

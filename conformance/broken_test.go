@@ -9,6 +9,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/conformance"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -37,9 +38,18 @@ var brokenDrivers = map[string][]string{
 	"steps-fence-weak":  {"leases.fenced-steps-owner"},
 	"partial-batch":     {"atomicity.batch-whole", "atomicity.refused-batch-writes-nothing", "reads.history-paging"},
 	"acks-before-write": {"durability.acked-survives-kill", "durability.steps"},
+	"acks-unsynced":     {conformance.RulePowerCut},
 	"young-unchecked":   {"concurrency.stale-young-version"},
 	"crashes":           {"driver.crash"},
 	"conflict-lands":    {"concurrency.conflict-writes-nothing", "concurrency.stale-version-writes-nothing", "steps.batch-atomic"},
+}
+
+// powerCutRules are the rules broken drivers break on top of
+// brokenDrivers' when the suite can cut the power; a driver listed with
+// none breaks no rule otherwise, and its test needs the power cut.
+var powerCutRules = map[string][]string{
+	"acks-before-write": {conformance.RulePowerCut},
+	"acks-unsynced":     nil,
 }
 
 // brokenFactory returns the factory of broken driver name, nil if none.
@@ -51,8 +61,8 @@ func brokenFactory(name string) storedriver.Factory {
 		return nil
 	}
 	return storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
-		if name == "acks-before-write" {
-			return openAcksBeforeWrite(config)
+		if name == "acks-before-write" || name == "acks-unsynced" {
+			return openLogDriver(name, config)
 		}
 		d := memdriver.New()
 		if name == "ignores-fence" || name == "steps-fence-weak" {

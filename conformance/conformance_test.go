@@ -25,6 +25,13 @@ func TestBadgerstore(t *testing.T) {
 	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic, conformance.TierDurable}) {
 		t.Errorf("badgerstore passed tiers %v, want [basic durable]", rep.Passed)
 	}
+	want := conformance.DurablePowerCut
+	if powerCut(t) != nil {
+		want = conformance.DurableProcessKill
+	}
+	if rep.Durability != want {
+		t.Errorf("badgerstore's durable tier was checked against %q, want %q", rep.Durability, want)
+	}
 }
 
 // TestBroken: each broken driver fails the suite, naming the rule it broke.
@@ -35,13 +42,20 @@ func TestBroken(t *testing.T) {
 	}
 	for name, rules := range brokenDrivers {
 		t.Run(name, func(t *testing.T) {
-			// In process through the SDK's server, but for the driver that
-			// must be killed: this test binary re-executed.
+			if extra, ok := powerCutRules[name]; ok {
+				if powerCut(t) == nil {
+					rules = slices.Sorted(slices.Values(append(slices.Clone(rules), extra...)))
+				} else if len(extra) == 0 {
+					skipPowerCut(t)
+				}
+			}
+			// In process through the SDK's server, but for the drivers
+			// that must be killed: this test binary re-executed.
 			f := conformance.InProcess("broken:"+name, brokenFactory(name), conformance.NoConfig)
 			switch name {
 			case "loses-acked-writes", "crashes":
 				f = conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.NoConfig)
-			case "acks-before-write":
+			case "acks-before-write", "acks-unsynced":
 				f = conformance.Launched("broken:"+name, driverhost.Config{Path: exe, Env: []string{brokenEnv + "=" + name}}, conformance.DirConfig)
 			}
 			rep, err := conformance.Check(context.Background(), f, conformance.Options{ScratchDir: t.TempDir()})

@@ -30,8 +30,12 @@
 // the rules broken. Cases belong to capability tiers: basic (every driver),
 // durable (claimed by driver.Info.Durable: kill -9 the driver process during
 // a stream of commits, and at each fault point of the driver SDK's server,
-// armed by AGENTHOST_DRIVER_FAULT in the driver's environment; every
-// acknowledged commit survives, no batch lands in part), leases (claimed by driver.Info.Leases: every rule of
+// armed by AGENTHOST_DRIVER_FAULT in the driver's environment; and, where a
+// FUSE file system can be mounted (Options.PowerCut), cut the power under
+// a driver whose data directory is on a file system that drops every write
+// not synced (package internal/lazyfs); every acknowledged commit
+// survives, no batch lands in part; Report.Durability says whether the
+// power cut ran), leases (claimed by driver.Info.Leases: every rule of
 // driver.Leaser, by the store's clock, with no timing that can flake: a
 // lease that must be dead is waited well past its expiry) and shared
 // (several driver processes on one data set, seeing each other's commits,

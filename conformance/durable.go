@@ -47,11 +47,25 @@ func nthBatch(th string, n int64) driver.Batch {
 // version is at least acked, every commit up to the version is whole, and
 // the next one is absent.
 func (c *C) checkStream(d driver.Driver, th string, acked int64) int64 {
+	return c.checkStreamAfter("durability.acked-survives-kill", d, th, acked, "the relaunch")
+}
+
+// checkStreamAfter is checkStream after what (a relaunch, a power cut),
+// a lost acknowledged commit breaking rule.
+func (c *C) checkStreamAfter(rule string, d driver.Driver, th string, acked int64, what string) int64 {
 	snap, err := d.LoadThread(c.ctx, th)
-	c.ok("durability.acked-survives-kill", "LoadThread after the relaunch", err)
+	if errors.Is(err, driver.ErrNotFound) {
+		if acked > 0 {
+			c.Fatalf(rule, "thread %s is not found after %s, but commit %d was acknowledged", th, what, acked)
+		}
+		// Never acknowledged, never written: its first commit is absent.
+		c.runAbsent("durability.no-partial-batch", d, nthBatch(th, 1).Runs[0].ID)
+		return 0
+	}
+	c.ok(rule, "LoadThread after "+what, err)
 	v := snap.Thread.Version
 	if v < acked {
-		c.Fatalf("durability.acked-survives-kill", "thread %s is at version %d after the relaunch, but commit %d was acknowledged", th, v, acked)
+		c.Fatalf(rule, "thread %s is at version %d after %s, but commit %d was acknowledged", th, v, what, acked)
 	}
 	hist := c.allHistory("durability.no-partial-batch", d, th, 1000)
 	if int64(len(hist)) != 2*v {

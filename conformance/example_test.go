@@ -19,5 +19,5 @@ func ExampleCheck() {
 		return
 	}
 	fmt.Println("suite", rep.SuiteVersion, "pass", rep.Pass, "tiers", rep.Passed, "broken", rep.FailedRules())
-	// Output: suite 1.3.0 pass true tiers [basic] broken []
+	// Output: suite 1.4.0 pass true tiers [basic] broken []
 }

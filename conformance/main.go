@@ -62,6 +62,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, builtins
 	fs.Var(&tiers, "tier", "claim `TIER` (durable, shared) on top of what the driver's info claims; repeatable")
 	fs.Var(&configs, "config", "driver configuration `KEY=VALUE`; for a binary, {dir} is the instance's scratch data directory (default dir={dir}); for a built-in, the configuration it runs with (pgstore: url=postgres://..., tested in scratch schemas); repeatable")
 	noConfig := fs.Bool("no-config", false, "open a driver binary with no configuration at all")
+	powerCut := fs.String("power-cut", string(PowerCutAuto), "cut the power under a durable driver, on a FUSE file system that drops unsynced writes: auto (when FUSE can be mounted here), require, or off")
 
 	// Flags may come before or after DRIVER.
 	var positional []string
@@ -83,7 +84,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, builtins
 		return ExitUsage
 	}
 	path := positional[0]
-	opts := Options{Profile: Profile(*profile), Only: *only}
+	opts := Options{Profile: Profile(*profile), Only: *only, PowerCut: PowerCut(*powerCut)}
 	for _, t := range tiers {
 		opts.Tiers = append(opts.Tiers, Tier(t))
 	}

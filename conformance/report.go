@@ -64,6 +64,9 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		{"suite_version", r.SuiteVersion}, {"profile", string(r.Profile)}, {"target", r.Target},
 		{"driver", r.Driver.Name + " " + r.Driver.Version}, {"claimed_tiers", tierList(r.Claimed)}, {"passed_tiers", tierList(r.Passed)},
 	}
+	if r.Durability != "" {
+		props = append(props, junitProperty{"durability", r.Durability})
+	}
 	out := junitSuites{Name: SuiteName + " " + r.SuiteVersion, Time: secs(r.Duration)}
 	idx := map[string]int{}
 	for _, res := range r.Results {
@@ -147,6 +150,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	p, f, s := r.Counts()
 	fmt.Fprintf(tw, "cases\t%d passed, %d failed, %d skipped in %s\n", p, f, s, r.Duration.Round(time.Millisecond))
 	fmt.Fprintf(tw, "tiers\tclaimed %s; passed %s\n", tierList(r.Claimed), tierList(r.Passed))
+	if d := r.DurabilityText(); d != "" {
+		fmt.Fprintf(tw, "durable\t%s\n", d)
+	}
 	if lacks := r.Lacks(); lacks != "" {
 		fmt.Fprintf(tw, "lacks\t%s\n", lacks)
 	}
@@ -162,4 +168,22 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "verdict\t%s\n", verdict)
 	return tw.Flush()
+}
+
+// DurabilityText says, for people, what a passed durable tier was checked
+// against (Durability); empty when it did not pass.
+func (r *Report) DurabilityText() string {
+	switch r.Durability {
+	case DurablePowerCut:
+		return "checked against a power cut: every acknowledged commit survived with the writes the driver had not synced dropped"
+	case DurableProcessKill:
+		why := "its case did not run"
+		for _, res := range r.Results {
+			if res.Group == "durability" && res.Name == "power-cut" && res.Message != "" {
+				why = strings.TrimPrefix(res.Message, powerCutSkip)
+			}
+		}
+		return "checked against process kills only, not a power cut (" + why + ")"
+	}
+	return ""
 }

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agenthost/agenthost/internal/lazyfs"
 )
 
 // Version is the version of the suite. It appears in every report and keys
 // the host's certificates: a driver certified by another version of the
 // suite is certified again.
-const Version = "1.3.0"
+const Version = "1.4.0"
 
 // Tier is a capability tier a driver claims.
 type Tier string
@@ -24,8 +26,9 @@ const (
 	// TierBasic: the contract of package abi/driver, over the protocol.
 	TierBasic Tier = "basic"
 	// TierDurable: acknowledged commits survive kill -9 of the driver
-	// process, and a commit cut by a crash is whole or absent. Claimed by
-	// driver.Info.Durable.
+	// process, and a power cut where the suite can cut one (see
+	// Options.PowerCut), and a commit cut by a crash is whole or absent.
+	// Claimed by driver.Info.Durable.
 	TierDurable Tier = "durable"
 	// TierLeases: the rules of driver.Leaser (leases by the store's clock,
 	// fenced commits, notices). Claimed by driver.Info.Leases.
@@ -68,6 +71,11 @@ type Options struct {
 	Progress func(Result)
 	// Only, if set, runs the cases whose "group/name" contains it.
 	Only string
+	// PowerCut says whether the durable tier cuts the power under the
+	// driver, on a FUSE file system that drops unsynced writes: PowerCutAuto
+	// (the default) when FUSE can be mounted here, PowerCutRequire, or
+	// PowerCutOff. Report.Durability says which was checked.
+	PowerCut PowerCut
 }
 
 // Status is the outcome of one case.
@@ -121,6 +129,11 @@ type Report struct {
 	// Error is set when the suite could not run at all (e.g. the driver did
 	// not start); Pass is then false.
 	Error string `json:"error,omitempty"`
+	// Durability says what a passed durable tier was checked against:
+	// DurablePowerCut, or DurableProcessKill when the power cut did not
+	// run (its case's message says why). Empty when the durable tier did
+	// not pass.
+	Durability string `json:"durability,omitempty"`
 }
 
 // SuiteName names the suite in reports.
@@ -174,6 +187,13 @@ func Check(ctx context.Context, target Target, opts Options) (*Report, error) {
 	if opts.Profile != Quick && opts.Profile != Full {
 		return nil, fmt.Errorf("unknown profile %q (want quick or full)", opts.Profile)
 	}
+	switch opts.PowerCut {
+	case "":
+		opts.PowerCut = PowerCutAuto
+	case PowerCutAuto, PowerCutRequire, PowerCutOff:
+	default:
+		return nil, fmt.Errorf("unknown power cut setting %q (want auto, require or off)", opts.PowerCut)
+	}
 	for _, t := range opts.Tiers {
 		if !slices.Contains(Tiers, t) {
 			return nil, fmt.Errorf("unknown tier %q (want basic, durable, leases or shared)", t)
@@ -181,6 +201,16 @@ func Check(ctx context.Context, target Target, opts Options) (*Report, error) {
 	}
 	rep := &Report{Suite: SuiteName, SuiteVersion: Version, Profile: opts.Profile, Target: target.String(), Started: time.Now()}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
+	if opts.PowerCut != PowerCutOff {
+		// A power cut file system left mounted by a suite that died (its
+		// mount point answers ENOTCONN, and its directory cannot be
+		// removed) is detached.
+		parent := opts.ScratchDir
+		if parent == "" {
+			parent = os.TempDir()
+		}
+		_, _ = lazyfs.DetachStale(parent)
+	}
 	scratch, err := os.MkdirTemp(opts.ScratchDir, "conformance-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch directory: %w", err)
@@ -225,6 +255,7 @@ func Check(ctx context.Context, target Target, opts Options) (*Report, error) {
 	}
 	rep.Passed = passed(rep)
 	rep.Pass = len(rep.Passed) == len(rep.Claimed)
+	rep.Durability = durability(rep)
 	return rep, nil
 }
 
@@ -284,7 +315,7 @@ func passed(rep *Report) []Tier {
 			if tierRank(res.Tier) <= tierRank(t) && res.Status == Fail {
 				ok = false
 			}
-			if res.Tier == t && res.Status == Skip && !strings.HasPrefix(res.Message, profileSkip) && !strings.HasPrefix(res.Message, protocolSkip) {
+			if res.Tier == t && res.Status == Skip && !strings.HasPrefix(res.Message, profileSkip) && !strings.HasPrefix(res.Message, protocolSkip) && !strings.HasPrefix(res.Message, powerCutSkip) {
 				ok = false
 			}
 		}
@@ -294,6 +325,20 @@ func passed(rep *Report) []Tier {
 		out = append(out, t)
 	}
 	return out
+}
+
+// durability says what a passed durable tier was checked against: a power
+// cut when its case passed, process kills only otherwise.
+func durability(rep *Report) string {
+	if !slices.Contains(rep.Passed, TierDurable) {
+		return ""
+	}
+	for _, res := range rep.Results {
+		if res.Group == "durability" && res.Name == "power-cut" && res.Status == Pass {
+			return DurablePowerCut
+		}
+	}
+	return DurableProcessKill
 }
 
 func tierRank(t Tier) int { return slices.Index(Tiers, t) }

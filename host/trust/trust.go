@@ -94,7 +94,11 @@ type Certificate struct {
 	Tiers        []conformance.Tier     `json:"tiers"`
 	// Lacks says what the driver lacks of the store protocol, and what a
 	// host does instead (conformance.Report.Lacks); empty when nothing.
-	Lacks       string    `json:"lacks,omitempty"`
+	Lacks string `json:"lacks,omitempty"`
+	// Durability says what the durable tier was checked against, when the
+	// driver passed it (conformance.Report.Durability): "power-cut", or
+	// "process-kill" when the gate could not cut the power.
+	Durability  string    `json:"durability,omitempty"`
 	CertifiedAt time.Time `json:"certified_at"`
 }
 
@@ -606,7 +610,7 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 		return Certificate{}, rep, &RefusedError{Source: src.String(), Rules: rep.FailedRules(), Report: rep}
 	}
 	cert := Certificate{Key: r.key, SHA256: r.sum, Builtin: src.Builtin, Source: r.path, Binary: bin,
-		SuiteVersion: rep.SuiteVersion, Profile: rep.Profile, Driver: rep.Driver, Tiers: rep.Passed, Lacks: rep.Lacks(), CertifiedAt: time.Now().UTC()}
+		SuiteVersion: rep.SuiteVersion, Profile: rep.Profile, Driver: rep.Driver, Tiers: rep.Passed, Lacks: rep.Lacks(), Durability: rep.Durability, CertifiedAt: time.Now().UTC()}
 	certs, err := g.load()
 	if err != nil {
 		return Certificate{}, rep, err
@@ -616,6 +620,9 @@ func (g *Gate) certify(ctx context.Context, src Source, launch map[string]string
 		return Certificate{}, rep, err
 	}
 	g.opts.Logger.Info("store driver certified", "driver", src.String(), "key", cert.Key, "tiers", rep.Passed, "protocol", rep.Driver.ProtocolVersion)
+	if cert.Durability == conformance.DurableProcessKill {
+		g.opts.Logger.Warn("the durable tier was checked against process kills only, not a power cut", "driver", src.String(), "why", rep.DurabilityText())
+	}
 	if cert.Lacks != "" {
 		g.opts.Logger.Warn("the certified store driver lacks part of the store protocol", "driver", src.String(), "lacks", cert.Lacks)
 	}
