@@ -78,7 +78,9 @@ type Info struct {
 	Name            string
 	Version         string
 	// Durable claims that a commit acknowledged by the driver survives the
-	// driver process being killed (kill -9) and relaunched on the same data.
+	// driver process being killed (kill -9) and relaunched on the same data,
+	// and a power loss: the driver syncs what it acknowledges before it
+	// replies.
 	Durable bool
 	// Leases claims that the driver implements Leaser: several hosts may
 	// share its data, each commit of an executing host fenced by its lease.
