@@ -23,7 +23,7 @@ func TestMainCommand(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	t.Run("usage", func(t *testing.T) {
-		for _, args := range [][]string{nil, {"nosuchdriver"}, {"memstore", "extra"}, {"--profile"}, {"/nonexistent/driver"}, {"memstore", "--profile", "slow"}} {
+		for _, args := range [][]string{nil, {"nosuchdriver"}, {"memstore", "extra"}, {"--profile"}, {"/nonexistent/driver"}, {"memstore", "--profile", "slow"}, {"memstore", "--power-cut", "sometimes"}} {
 			if code, _, _ := main(args...); code != conformance.ExitUsage {
 				t.Errorf("%q: exit %d, want %d", args, code, conformance.ExitUsage)
 			}

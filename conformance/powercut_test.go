@@ -93,6 +93,11 @@ func TestPowerCutOff(t *testing.T) {
 	if !strings.Contains(buf.String(), "checked against process kills only, not a power cut (turned off") {
 		t.Fatalf("the report does not say the power cut was off:\n%s", buf.String())
 	}
+	buf.Reset()
+	_ = rep.WriteJUnit(&buf)
+	if !strings.Contains(buf.String(), `<property name="durability" value="process-kill">`) {
+		t.Fatalf("the JUnit report lacks the durability property:\n%s", buf.String())
+	}
 	if _, err := conformance.Check(context.Background(), conformance.Binary(bins["badgerstore"], conformance.DirConfig), conformance.Options{PowerCut: "sometimes"}); err == nil {
 		t.Fatal("an unknown power cut setting was taken")
 	}
