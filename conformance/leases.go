@@ -226,6 +226,20 @@ func testFence(c *C) {
 	// The owner goes on.
 	th.commit("leases.fence-owner", fenced(th, "f-r3", a.Epoch, a.Epoch))
 
+	// The owner gives the thread up: another live lease takes it at once,
+	// and the former owner may take it back only the same way.
+	th.commit("leases.fence-gives-up", fenced(th, "f-g1", a.Epoch, 0))
+	c.owner("leases.fence-gives-up", d, th, 0)
+	th.commit("leases.fence-gives-up", fenced(th, "f-g2", b.Epoch, b.Epoch))
+	c.owner("leases.fence-gives-up", d, th, b.Epoch)
+	c.refused("leases.fence-gives-up", "a commit fenced by the owner that gave the thread up", d, th,
+		fenced(forked(th), "f-x9", a.Epoch, a.Epoch), driver.ErrFenced)
+	c.refused("leases.fence-gives-up", "a lease giving up a thread another live lease owns", d, th,
+		fenced(forked(th), "f-x10", a.Epoch, 0), driver.ErrFenced)
+	th.commit("leases.fence-gives-up", fenced(th, "f-g3", b.Epoch, 0))
+	th.commit("leases.fence-gives-up", fenced(th, "f-g4", a.Epoch, a.Epoch))
+	c.owner("leases.fence-gives-up", d, th, a.Epoch)
+
 	// A released owner lets another lease take over at once; its own
 	// commits are refused from then on, even at the current version.
 	c.ok("leases.release", "ReleaseLease", l.ReleaseLease(c.ctx, a.Epoch))

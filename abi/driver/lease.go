@@ -24,7 +24,9 @@ import (
 //  2. the thread's stored owner is Fence, none, or an epoch whose lease is
 //     not live;
 //
-// and then the thread's owner becomes Fence. Otherwise nothing is written
+// and then the thread's owner becomes Batch.Thread.Owner, which is Fence, or
+// 0: the lease gives the thread up, so that another live lease may take it
+// (any other owner is ErrInvalidArgument). Otherwise nothing is written
 // and Commit returns ErrFenced. An unfenced commit (Fence == 0) must leave
 // the owner as stored: a batch whose Thread.Owner differs from it is
 // refused with ErrFenced. The version check still applies to both, first:

@@ -66,8 +66,8 @@ func (d *Driver) checkFence(b driver.Batch, owner int64) error {
 	if err != nil {
 		return err
 	}
-	if b.Thread.Owner != b.Fence {
-		return fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner, not %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
+	if b.Thread.Owner != b.Fence && b.Thread.Owner != 0 {
+		return fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner or leave the thread unowned, not owned by %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
 	}
 	if !l.isLive(b.Fence) {
 		return fmt.Errorf("%w: lease %d is not live", driver.ErrFenced, b.Fence)

@@ -54,8 +54,8 @@ func prepare(b driver.Batch) (*args, error) {
 	switch {
 	case b.Fence < 0:
 		return nil, fmt.Errorf("%w: negative fence %d", driver.ErrInvalidArgument, b.Fence)
-	case b.Fence != 0 && b.Thread.Owner != b.Fence:
-		return nil, fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner, not %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
+	case b.Fence != 0 && b.Thread.Owner != b.Fence && b.Thread.Owner != 0:
+		return nil, fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner or leave the thread unowned, not owned by %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
 	case b.Thread.Owner < 0:
 		return nil, fmt.Errorf("%w: negative owner %d", driver.ErrInvalidArgument, b.Thread.Owner)
 	}
