@@ -324,5 +324,9 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	// Go on with the thread's next run, unless its last commit showed no
 	// other: an input admitted since then kicks the thread itself (here), or
 	// sends this host a notice (elsewhere), and the poll finds the rest.
-	return rt.st.MayHaveQueued(thread)
+	if rt.st.MayHaveQueued(thread) {
+		return true
+	}
+	rt.handBack(thread)
+	return false
 }

@@ -73,6 +73,12 @@ type leaseKeeper struct {
 
 	mu   sync.Mutex
 	live map[int64]bool // the live leases, as of the last refresh
+	// epochs are the live leases' epochs, sorted (rendezvous hashing).
+	epochs []int64
+	// died: when a refresh first found each lease that an earlier one had
+	// seen live to be dead (on this host's clock), for the takeover's grace.
+	died map[int64]time.Time
+	now  func() time.Time
 }
 
 // newLeaseKeeper keeps a lease from the driver's leases if it has them,
@@ -84,7 +90,7 @@ func newLeaseKeeper(d driver.Driver, info driver.Info, cfg Config) *leaseKeeper 
 		h, _ := os.Hostname()
 		holder = fmt.Sprintf("%s/%d", h, os.Getpid())
 	}
-	k := &leaseKeeper{ttl: cfg.LeaseTTL, holder: holder, log: cfg.Logger, live: map[int64]bool{}}
+	k := &leaseKeeper{ttl: cfg.LeaseTTL, holder: holder, log: cfg.Logger, live: map[int64]bool{}, died: map[int64]time.Time{}, now: cfg.Now}
 	if l, ok := d.(driver.Leaser); ok && info.Leases {
 		k.l, k.fenced = l, true
 	} else {
@@ -135,13 +141,77 @@ func (k *leaseKeeper) refresh(ctx context.Context) error {
 		return err
 	}
 	live := make(map[int64]bool, len(ls))
+	epochs := make([]int64, 0, len(ls))
 	for _, x := range ls {
 		live[x.Epoch] = true
+		epochs = append(epochs, x.Epoch)
+	}
+	slices.Sort(epochs)
+	now := k.now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for e := range k.live {
+		if !live[e] {
+			k.died[e] = now
+		}
+	}
+	for e, t := range k.died {
+		if now.Sub(t) > time.Hour {
+			delete(k.died, e) // long past any grace
+		}
+	}
+	k.live, k.epochs = live, epochs
+	return nil
+}
+
+// deadFor reports how long ago a refresh first found the lease epoch dead,
+// and false while it is live. A lease never seen live has been dead for as
+// long as anyone can tell.
+func (k *leaseKeeper) deadFor(epoch int64) (time.Duration, bool) {
+	if k.isLive(epoch) {
+		return 0, false
 	}
 	k.mu.Lock()
-	k.live = live
-	k.mu.Unlock()
-	return nil
+	defer k.mu.Unlock()
+	t, ok := k.died[epoch]
+	if !ok {
+		return math.MaxInt64, true
+	}
+	return k.now().Sub(t), true
+}
+
+// home is the live lease a thread belongs with (ADR 0143): of the live
+// epochs as of the last refresh, and this runtime's own, the one whose
+// score for the thread is highest (rendezvous hashing). When a lease joins
+// or dies, only the threads whose highest score was or becomes its change
+// home; the others stay where they are.
+func (k *leaseKeeper) home(threadID string) int64 {
+	me := k.epoch.Load()
+	if !k.fenced {
+		return me
+	}
+	h := fnv.New64a()
+	h.Write([]byte(threadID))
+	t := h.Sum64()
+	best, bestScore := me, rendezvous(t, me)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.epochs {
+		if sc := rendezvous(t, e); sc > bestScore || (sc == bestScore && e > best) {
+			best, bestScore = e, sc
+		}
+	}
+	return best
+}
+
+// rendezvous scores the pair of a thread's hash and a lease epoch: the
+// splitmix64 finalizer of their mix, so that scores of one thread over
+// consecutive epochs are unrelated.
+func rendezvous(thread uint64, epoch int64) uint64 {
+	z := thread ^ (uint64(epoch) * 0x9e3779b97f4a7c15)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // acquire takes a new lease, retrying until it succeeds or ctx is done.

@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	rt.st = store.New(cfg.Driver, store.Options{
 		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit, HistoryWindow: cfg.HistoryWindow,
-		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive,
+		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive, MayTake: rt.mayTake,
 	})
 	if !rt.st.StepsKept() {
 		rt.log.Warn("the store driver keeps no step records: a recovered run restarts from its first step, and injection takes nothing",
@@ -229,6 +229,9 @@ func (rt *Runtime) scan(ctx context.Context) error {
 			return fmt.Errorf("host: scanning recoverable runs: %w", err)
 		}
 		if r.State == record.StateActive {
+			if !rt.mayTake(r.ThreadID, leaseEpoch(r.Owner), nil) {
+				continue // its home recovers it (ADR 0143), or this host later
+			}
 			todo = append(todo, r)
 		}
 		if !threads[r.ThreadID] {
@@ -355,11 +358,19 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 			Content: input, Hint: opts.Hint, Metadata: opts.Metadata,
 		})
 	}
-	if o := adm.ThreadOwner; o != 0 && o != rt.lease.epoch.Load() && rt.lease.isLive(o) {
+	me := rt.lease.epoch.Load()
+	if o := adm.ThreadOwner; o != 0 && o != me && rt.lease.isLive(o) {
 		// Another live host owns the thread: wake it (offers stay with this
 		// process, so for that host an injected input is a queued run).
-		rt.notify(driver.Notice{ThreadID: threadID, Owner: o, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: rt.lease.epoch.Load()})
+		rt.notify(driver.Notice{ThreadID: threadID, Owner: o, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: me})
 		return t, nil
+	} else if adm.Started == nil && o != me && !rt.lease.alone() {
+		if h := rt.lease.home(threadID); h != me {
+			// Nobody live owns the thread, and it belongs with another
+			// host: that host starts it (ADR 0143).
+			rt.notify(driver.Notice{ThreadID: threadID, Owner: h, RunID: adm.RunID, ReplyTo: me})
+			return t, nil
+		}
 	}
 	if adm.InterruptRunID != "" {
 		rt.coord.interrupt(threadID, adm.InterruptRunID)
@@ -606,6 +617,8 @@ type counters struct {
 	stepsResumed     atomic.Int64 // step records recovered runs resumed from
 	noticesSent      atomic.Int64
 	noticesReceived  atomic.Int64
+	handedBack       atomic.Int64 // threads given up to their home (ADR 0143)
+	waitNotices      atomic.Int64 // waits that asked a run's host to tell them
 }
 
 type labeled struct {
@@ -659,6 +672,11 @@ type Stats struct {
 	LeasesLost      int64
 	NoticesSent     int64
 	NoticesReceived int64
+	// HandedBack counts the idle threads this host gave up to the live
+	// host they belong with (ADR 0143); WaitNotices the waits for runs of
+	// other hosts that asked the run's host to tell this one when it ends.
+	HandedBack  int64
+	WaitNotices int64
 }
 
 // Stats returns the runtime's counters.
@@ -680,5 +698,7 @@ func (rt *Runtime) Stats() Stats {
 		LeasesLost:       rt.lease.lost.Load(),
 		NoticesSent:      rt.stats.noticesSent.Load(),
 		NoticesReceived:  rt.stats.noticesReceived.Load(),
+		HandedBack:       rt.stats.handedBack.Load(),
+		WaitNotices:      rt.stats.waitNotices.Load(),
 	}
 }

@@ -18,8 +18,11 @@ import (
 // lease lives, only its host executes the thread's runs. Other hosts admit
 // inputs to it durably and send its owner a notice; every host also polls,
 // so a lost notice only delays a run. When a lease dies (its host crashed,
-// or paused past the expiry), the first host to poll recovers its active
-// runs and takes over its threads.
+// or paused past the expiry), the hosts recover its active runs and take
+// over its threads, each those whose home it is (ADR 0143: a thread's home
+// is one of the live leases, by rendezvous hashing); an owner gives up an
+// idle thread whose home is another live host, so threads spread over the
+// hosts that join or restart too.
 //
 // A host alone on its store (a lease table of its own) runs the same code:
 // no thread has another live owner, so it never sends a notice, and no
@@ -77,8 +80,13 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 			if n.RunID != "" && n.ReplyTo != 0 {
 				rt.tickets.replyWanted(n.RunID, n.ReplyTo)
 				if rt.st.KnownSettled(n.RunID) {
-					// It ran (found by the poll) before this notice came.
+					// It ran (found by the poll, or before a wait on
+					// another host asked) before this notice came.
 					rt.replySettled(n.ThreadID, n.RunID)
+					continue
+				}
+				if _, executing := rt.coord.steps(n.ThreadID, n.RunID); executing && n.InterruptRunID == "" {
+					continue // a wait elsewhere asks to be told; nothing to start
 				}
 			}
 			if n.InterruptRunID != "" {
@@ -147,11 +155,7 @@ func (rt *Runtime) pollLoop(ctx context.Context) {
 }
 
 // ownsOrMayTake reports whether this host should try to execute the
-// thread: it is alone on the store, or it owns the thread,
-// or its owner's lease is dead, or nobody owns it and its oldest open run
-// has waited a poll interval (a younger one was just admitted, and the host
-// that admitted it starts it: taking it here would only make that host's
-// later inputs travel).
+// thread: it owns it, or may take it (mayTake).
 func (rt *Runtime) ownsOrMayTake(ctx context.Context, threadID string) bool {
 	if rt.lease.alone() {
 		return true
@@ -160,13 +164,53 @@ func (rt *Runtime) ownsOrMayTake(ctx context.Context, threadID string) bool {
 	if err != nil {
 		return true // let the start find out
 	}
-	switch o := snap.Thread.Owner; {
-	case o == rt.lease.epoch.Load():
+	o := snap.Thread.Owner
+	if o == rt.lease.epoch.Load() {
 		return true
-	case o != 0:
-		return !rt.lease.isLive(o)
 	}
-	return len(snap.Runs) > 0 && rt.cfg.Now().Sub(snap.Runs[0].CreatedAt) >= rt.cfg.PollInterval
+	return !(o != 0 && rt.lease.isLive(o)) && rt.mayTake(threadID, o, snap.Runs)
+}
+
+// mayTake reports whether this host may take a thread that no other live
+// lease owns (ADR 0143): owner is its stored owner, 0 or a dead lease, and
+// open its open runs. The thread's home takes it at once. Another host
+// steps in only when the home does not: the owner's lease was found dead
+// two poll intervals ago (the home's own poll has had its turn), or, for a
+// thread nobody owns, its oldest open run has waited a poll interval (the
+// host that admitted it told the home, or started it when it is the home).
+func (rt *Runtime) mayTake(threadID string, owner int64, open []record.Run) bool {
+	me := rt.lease.epoch.Load()
+	if rt.lease.alone() || owner == me || rt.lease.home(threadID) == me {
+		return true
+	}
+	if owner != 0 {
+		dead, _ := rt.lease.deadFor(owner)
+		return dead >= 2*rt.cfg.PollInterval
+	}
+	return len(open) > 0 && rt.cfg.Now().Sub(open[0].CreatedAt) >= rt.cfg.PollInterval
+}
+
+// handBack gives up a thread this host owns but that belongs with another
+// live host, once the thread is idle (ADR 0143): its next input is started
+// by its home. A thread whose runs follow one another is given up between
+// two of them, when the last ended and no other is queued.
+func (rt *Runtime) handBack(threadID string) {
+	if rt.lease.alone() {
+		return
+	}
+	me := rt.lease.epoch.Load()
+	if h := rt.lease.home(threadID); h == me || !rt.lease.isLive(h) {
+		return
+	}
+	ok, err := rt.st.GiveUp(rt.baseCtx, threadID, me)
+	switch {
+	case err != nil:
+		if rt.baseCtx.Err() == nil {
+			rt.log.Warn("giving up a thread that belongs with another host failed; it stays here", "thread", threadID, "err", err)
+		}
+	case ok:
+		rt.stats.handedBack.Add(1)
+	}
 }
 
 // fencedStart handles a start the fence refused: the thread has another

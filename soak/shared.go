@@ -30,10 +30,13 @@ type SharedOptions struct {
 	// once a third of them are in.
 	Accepted, Threads, Workers int
 	LeaseTTL                   time.Duration
-	MaxDuration                time.Duration // of the load phase
-	ResultWait                 time.Duration
-	Bin, Dir                   string
-	Log                        io.Writer
+	// Restart starts the victim again once its lease has expired (a new
+	// lease): it must then get threads of its own and execute runs.
+	Restart     bool
+	MaxDuration time.Duration // of the load phase
+	ResultWait  time.Duration
+	Bin, Dir    string
+	Log         io.Writer
 }
 
 // SharedSummary is the outcome of RunShared.
@@ -45,6 +48,10 @@ type SharedSummary struct {
 	Moved, Owned int
 	// Recovered counts runs that ended at attempt 2 or later.
 	Recovered int
+	// Restarted counts the runs the restarted victim completed under its
+	// new lease, and RestartedThreads the threads that lease owns at the
+	// end (SharedOptions.Restart).
+	Restarted, RestartedThreads int
 	// Samples counts the readings of the active runs during the load.
 	Samples  int
 	Report   *Report
@@ -57,16 +64,17 @@ func (s *SharedSummary) Line() string {
 	if len(s.Problems) > 0 {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("several-hosts %s accepted=%d lost=%d %s victim_threads=%d moved=%d recovered_runs=%d active_samples=%d",
-		verdict, s.Accepted, s.Lost, s.Report.twice(), s.Owned, s.Moved, s.Recovered, s.Samples)
+	return fmt.Sprintf("several-hosts %s accepted=%d lost=%d %s victim_threads=%d moved=%d recovered_runs=%d restarted_runs=%d restarted_threads=%d active_samples=%d",
+		verdict, s.Accepted, s.Lost, s.Report.twice(), s.Owned, s.Moved, s.Recovered, s.Restarted, s.RestartedThreads, s.Samples)
 }
 
 // RunShared runs Hosts servers on one shared store under load through a
-// client that spreads requests over them, kills one with SIGKILL (not
-// restarted), and checks: nothing accepted is lost (over HTTP, through the
+// client that spreads requests over them, kills one with SIGKILL (started
+// again after its lease expired when Restart is set), and checks: nothing accepted is lost (over HTTP, through the
 // survivors), never two active runs on a thread (read from the durable
 // records all along), every key resolves, and the victim's threads moved to
-// the survivors after its lease expired.
+// the survivors after its lease expired; restarted, it got threads back and
+// executed runs under its new lease.
 func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err error) {
 	logw := o.Log
 	if logw == nil {
@@ -116,7 +124,7 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		sum.Samples, sampleProblems = sampleStore(sctx, o.Store)
 	}()
 
-	// Kill the victim once a third of the load is in, and leave it dead.
+	// Kill the victim once a third of the load is in.
 	victim := srvs[0]
 	var victimEpoch int64
 	var owned []string
@@ -145,6 +153,31 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 				logf("kill -9 host0 (pid %d, lease %d, owning %d threads) at %d accepted", pid, victimEpoch, len(owned), load.Accepted())
 			}
 		}
+	}
+	var restartEpoch int64
+	if phaseErr == nil && o.Restart {
+		// Once the victim's lease has expired and its threads moved, it
+		// comes back with a new lease, and must get a share of the threads.
+		for phaseErr == nil {
+			if _, err := leaseOf(ctx, o.Store, "host0"); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				phaseErr = fmt.Errorf("host0's lease still live %s after the kill", o.MaxDuration)
+			}
+			sleep(ctx, 50*time.Millisecond)
+		}
+		if phaseErr == nil {
+			if err := victim.Start(ctx, NewClient(bases[0])); err != nil {
+				phaseErr = fmt.Errorf("restarting host0: %w", err)
+			} else if restartEpoch, err = leaseOf(ctx, o.Store, "host0"); err != nil {
+				phaseErr = err
+			} else {
+				logf("host0 restarted (lease %d) at %d accepted", restartEpoch, load.Accepted())
+			}
+		}
+		// The rest of the load comes after the restart.
+		o.Accepted = max(o.Accepted, load.Accepted()+o.Accepted/3)
 	}
 	for phaseErr == nil && load.Accepted() < o.Accepted {
 		if time.Now().After(deadline) {
@@ -189,6 +222,21 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		sum.Problems = append(sum.Problems, "the victim owned no thread when it was killed: the test proves nothing")
 	} else if sum.Moved == 0 {
 		sum.Problems = append(sum.Problems, fmt.Sprintf("none of the victim's %d threads moved to another host", len(owned)))
+	}
+	if restartEpoch != 0 {
+		sum.RestartedThreads = len(ownedBy(ctx, o.Store, load.Threads(), restartEpoch))
+		for r, err := range listAll(ctx, o.Store, record.StateCompleted) {
+			if err != nil {
+				sum.Problems = append(sum.Problems, err.Error())
+				break
+			}
+			if r.Owner == fmt.Sprintf("lease-%d", restartEpoch) {
+				sum.Restarted++
+			}
+		}
+		if sum.Restarted == 0 {
+			sum.Problems = append(sum.Problems, fmt.Sprintf("host0, restarted with lease %d, completed no run: it got no thread", restartEpoch))
+		}
 	}
 	for r, err := range listAll(ctx, o.Store, record.StateActive) {
 		if err != nil {

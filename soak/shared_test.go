@@ -14,10 +14,11 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestSeveralHosts: three `agenthost serve` processes on one PostgreSQL
-// database under the load generator, one killed with SIGKILL and left
-// dead; its threads must move to the others after its lease expires, and
-// at the end nothing is lost, no thread ever had two active runs (read from
-// the durable records during the load), and every key resolves. Seed:
+// database under the load generator, one killed with SIGKILL; its threads
+// must move to the others after its lease expires; started again with a new
+// lease, it must get threads back and execute runs (ADR 0143); and at the
+// end nothing is lost, no thread ever had two active runs (read from the
+// durable records during the load), and every key resolves. Seed:
 // AGENTHOST_SOAK_SEED.
 func TestSeveralHosts(t *testing.T) {
 	url := pgtest.URL(t)
@@ -40,7 +41,7 @@ func TestSeveralHosts(t *testing.T) {
 	defer st.Close(ctx)
 	sum, err := RunShared(ctx, SharedOptions{
 		Seed: seed, Hosts: 3, StoreURL: url, Store: st,
-		Accepted: 450, Threads: 24, Workers: 12, LeaseTTL: 2 * time.Second,
+		Accepted: 450, Threads: 24, Workers: 12, LeaseTTL: 2 * time.Second, Restart: true,
 		MaxDuration: 4 * time.Minute, ResultWait: 2 * time.Minute, Log: testWriter{t},
 	})
 	if err != nil {

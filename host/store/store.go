@@ -76,6 +76,13 @@ type Options struct {
 	// too). Default: every owner is taken to be live, leaving it to the
 	// driver.
 	OwnerLive func(epoch int64) bool
+	// MayTake reports whether the committer may take a thread that no other
+	// live lease owns: owner is its stored owner (0, or a lease that is not
+	// live) and open its open runs. A fenced commit that would take such a
+	// thread is refused with a FencedError before it is sent when MayTake
+	// says no, and an admission does not start its run there (the thread
+	// belongs with another host, ADR 0143). Default: it may.
+	MayTake func(threadID string, owner int64, open []record.Run) bool
 }
 
 // DefaultHistoryWindow is the default of Options.HistoryWindow.
@@ -125,6 +132,9 @@ func New(d driver.Driver, opt Options) *Store {
 	}
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
+	}
+	if opt.MayTake == nil {
+		opt.MayTake = func(string, int64, []record.Run) bool { return true }
 	}
 	ss, _ := d.(driver.StepStore)
 	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
@@ -210,7 +220,7 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 		m.Now = s.opt.Now()
 		m.Decision = nil
 		m.StartAs = ""
-		if sub.StartAs != "" && !s.ownedElsewhere(snap.Thread.Owner, sub.StartAs) {
+		if sub.StartAs != "" && !s.ownedElsewhere(snap, sub.StartAs) {
 			m.StartAs = sub.StartAs
 		}
 		eff, err := runstate.Reduce(snap, m)
@@ -260,11 +270,20 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 	return adm, nil
 }
 
-// ownedElsewhere reports whether a thread whose stored owner is o belongs
-// to a live lease other than the one owner executes under: a start there
-// would be fenced, so an admission does not try it (ADR 0120).
-func (s *Store) ownedElsewhere(o int64, owner string) bool {
-	return o != 0 && o != s.opt.Fence(owner) && s.opt.OwnerLive(o)
+// ownedElsewhere reports whether the thread belongs to a live lease other
+// than the one owner executes under, or with another host (MayTake): a
+// start there would be fenced, so an admission does not try it (ADR 0120).
+func (s *Store) ownedElsewhere(snap runstate.Snapshot, owner string) bool {
+	return s.takenElsewhere(snap.Thread.ID, snap.Thread.Owner, s.opt.Fence(owner), snap.Open)
+}
+
+// takenElsewhere reports whether a commit fenced by fence may not take a
+// thread stored with owner o and open runs open.
+func (s *Store) takenElsewhere(threadID string, o, fence int64, open []record.Run) bool {
+	if fence == 0 || o == fence {
+		return false
+	}
+	return o != 0 && s.opt.OwnerLive(o) || !s.opt.MayTake(threadID, o, open)
 }
 
 func view(snap runstate.Snapshot, sub Submission) ThreadView {
@@ -420,7 +439,7 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 			return eff, err
 		}
 		fence := fenceOf(eff)
-		if o := ts.Thread.Owner; fence != 0 && o != 0 && o != fence && s.opt.OwnerLive(o) {
+		if o := ts.Thread.Owner; s.takenElsewhere(threadID, o, fence, ts.Runs) {
 			if redo() {
 				continue
 			}
@@ -524,6 +543,50 @@ func Batch(expected int64, eff runstate.Effects, commitID string) driver.Batch {
 	return b
 }
 
+// GiveUp commits that the lease fence no longer owns the thread, if it owns
+// it and the thread has no open run: its owner becomes 0, and the next
+// fenced start, by any live lease, takes it (ADR 0143). It reports whether
+// it did; a thread that is not idle or not fence's, or that changed under
+// the commit, is left as it is (false, no error).
+func (s *Store) GiveUp(ctx context.Context, threadID string, fence int64) (bool, error) {
+	if fence == 0 {
+		return false, nil
+	}
+	gen := s.revalidate()
+	ts, ok := s.snaps.get(threadID)
+	if !ok {
+		var err error
+		if ts, err = s.d.LoadThread(ctx, threadID); err != nil {
+			return false, fmt.Errorf("loading thread %s: %w", threadID, err)
+		}
+	}
+	if ts.Thread.Owner != fence || len(ts.Thread.OpenRunIDs) > 0 || ts.Thread.Version == 0 {
+		return false, nil
+	}
+	t := ts.Thread
+	t.Version++
+	t.Owner = 0
+	t.LastCommitID = s.opt.NewID("commit")
+	b := driver.Batch{CommitID: t.LastCommitID, ThreadID: threadID, ExpectedVersion: ts.Thread.Version, Thread: t, Fence: fence}
+	began := time.Now()
+	_, err := s.d.Commit(ctx, b)
+	if s.opt.ObserveCommit != nil {
+		s.opt.ObserveCommit(time.Since(began), err)
+	}
+	switch {
+	case err == nil:
+		if s.current(gen) {
+			s.snaps.put(b, nil, nil)
+		}
+		return true, nil
+	case errors.Is(err, driver.ErrVersionConflict), errors.Is(err, driver.ErrFenced):
+		s.snaps.forget(threadID)
+		return false, nil
+	}
+	s.snaps.forget(threadID)
+	return false, fmt.Errorf("giving up thread %s: %w", threadID, err)
+}
+
 // MayHaveQueued reports whether the thread may have a queued run, as far as
 // this store layer's last commit or read on it tells: false only when that
 // showed none. (Admissions made since elsewhere announce themselves.)
@@ -567,14 +630,31 @@ type Result struct {
 
 // Result reports what answered run id, following absorbedIntoRunId.
 func (s *Store) Result(ctx context.Context, id string) (Result, error) {
+	res, _, err := s.ResultRun(ctx, id)
+	return res, err
+}
+
+// ResultRun is Result, with the run's record as read when the result is
+// not settled (the zero Run otherwise).
+func (s *Store) ResultRun(ctx context.Context, id string) (Result, record.Run, error) {
 	s.revalidate()
 	if res, ok := s.cachedResult(id); ok {
-		return res, nil
+		return res, record.Run{}, nil
 	}
 	run, err := s.GetRun(ctx, id)
 	if err != nil {
-		return Result{}, err
+		return Result{}, record.Run{}, err
 	}
+	if !runstate.IsTerminal(run.State) {
+		return Result{RunID: id, State: run.State, TerminalReason: run.TerminalReason, Error: run.Error}, run, nil
+	}
+	res, err := s.result(ctx, id, run)
+	return res, record.Run{}, err
+}
+
+// result is the result of run id, settled, as read.
+func (s *Store) result(ctx context.Context, id string, run record.Run) (Result, error) {
+	var err error
 	res := Result{RunID: id, State: run.State, TerminalReason: run.TerminalReason, Settled: runstate.IsTerminal(run.State), Error: run.Error}
 	ans := run
 	for hops := 0; ans.TerminalReason == record.ReasonAbsorbed; hops++ {
