@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host/store"
 )
 
@@ -35,9 +37,46 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 }
 
 // Wait blocks until run runID settles and returns its result.
+//
+// A run that another host executes, or will, settles there: unless this
+// host admitted it (the owner was then asked to tell it), the wait asks
+// that host by notice to tell this one when the run ends, once, so that it
+// is woken then rather than at its next poll of the store.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
-	res, err := rt.tickets.wait(ctx, runID, rt.st.Result)
+	asked := rt.lease.alone()
+	read := func(ctx context.Context, id string) (Result, error) {
+		res, run, err := rt.st.ResultRun(ctx, id)
+		if err == nil && !res.Settled && !asked && !rt.tickets.pendingHere(id) {
+			asked = true
+			rt.askToBeTold(ctx, run)
+		}
+		return res, err
+	}
+	res, err := rt.tickets.wait(ctx, runID, read)
 	return res, speak(err)
+}
+
+// askToBeTold asks the host that executes the unsettled run, or will, to
+// tell this one when it settles: the lease the active run executes under,
+// or the queued run's thread's owner, or its home when no live lease owns
+// it. Nothing is sent when that is this host.
+func (rt *Runtime) askToBeTold(ctx context.Context, run record.Run) {
+	me := rt.lease.epoch.Load()
+	to := leaseEpoch(run.Owner)
+	if run.State != record.StateActive {
+		to = 0
+		if snap, err := rt.st.Thread(ctx, run.ThreadID); err == nil && rt.lease.isLive(snap.Thread.Owner) {
+			to = snap.Thread.Owner
+		}
+		if to == 0 {
+			to = rt.lease.home(run.ThreadID)
+		}
+	}
+	if to == 0 || to == me || !rt.lease.isLive(to) {
+		return
+	}
+	rt.stats.waitNotices.Add(1)
+	rt.notify(driver.Notice{ThreadID: run.ThreadID, Owner: to, RunID: run.ID, ReplyTo: me})
 }
 
 // Result returns a run's result now, settled or not.
@@ -164,6 +203,11 @@ func (r *resolver) settled(runIDs ...string) {
 func (r *resolver) replyWanted(runID string, epoch int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.replyTo) >= maxPending {
+		// Runs that moved to another host before they settled here: their
+		// waiters poll.
+		clear(r.replyTo)
+	}
 	r.replyTo[runID] = append(r.replyTo[runID], epoch)
 }
 
