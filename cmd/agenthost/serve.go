@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,6 +76,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg, stderr)
+	if p := os.Getenv("AGENTHOST_CPU_PROFILE"); p != "" {
+		stop, err := startCPUProfile(p)
+		if err != nil {
+			fmt.Fprintln(stderr, "agenthost: AGENTHOST_CPU_PROFILE:", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "token" {
 			log.Warn("--token shows in the process list (ps); use token_file, AGENTHOST_TOKEN_FILE or --token-file")
@@ -107,6 +116,24 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		log.Error("agenthost stopped", "err", err, "exit_status", code)
 	}
 	return code
+}
+
+// startCPUProfile writes a CPU profile of the process (runtime/pprof) to
+// path until stop is called: AGENTHOST_CPU_PROFILE, for measuring where a
+// host spends its time (docs/operations.md).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // Exit statuses of serve besides exitOK (docs/config.md, "Shutdown and
