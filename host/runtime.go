@@ -185,6 +185,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	rt.st = store.New(cfg.Driver, store.Options{
 		NewID: cfg.NewID, Now: cfg.Now, MaxAttempts: cfg.MaxAttempts, ObserveCommit: cfg.ObserveCommit, HistoryWindow: cfg.HistoryWindow,
 		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive, MayTake: rt.mayTake,
+		OwnEpoch: rt.lease.epoch.Load,
 	})
 	if !rt.st.StepsKept() {
 		rt.log.Warn("the store driver keeps no step records: a recovered run restarts from its first step, and injection takes nothing",

@@ -83,6 +83,12 @@ type Options struct {
 	// says no, and an admission does not start its run there (the thread
 	// belongs with another host, ADR 0143). Default: it may.
 	MayTake func(threadID string, owner int64, open []record.Run) bool
+	// OwnEpoch is the lease epoch the committer executes under now (0:
+	// none). A thread that another live lease owns is read afresh, not
+	// taken from the snapshot this layer's last commit left: that host's
+	// commits have most likely moved it on since, and a commit from the
+	// cached snapshot would only conflict. Default: always 0.
+	OwnEpoch func() int64
 }
 
 // DefaultHistoryWindow is the default of Options.HistoryWindow.
@@ -132,6 +138,9 @@ func New(d driver.Driver, opt Options) *Store {
 	}
 	if opt.OwnerLive == nil {
 		opt.OwnerLive = func(int64) bool { return false }
+	}
+	if opt.OwnEpoch == nil {
+		opt.OwnEpoch = func() int64 { return 0 }
 	}
 	if opt.MayTake == nil {
 		opt.MayTake = func(string, int64, []record.Run) bool { return true }
@@ -393,7 +402,11 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 	fromCache := false
 	if useCache {
 		cached, fromCache = s.snaps.get(threadID)
+		if o := cached.Thread.Owner; fromCache && o != 0 && o != s.opt.OwnEpoch() && s.opt.OwnerLive(o) {
+			fromCache = false // another host's thread: likely stale
+		}
 	}
+	conflicted := false // a commit of this loop met a conflict
 	for attempt := 0; attempt < s.opt.MaxRetries; attempt++ {
 		ts := cached
 		if !fromCache {
@@ -419,19 +432,33 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 			return true
 		}
 		snap := runstate.Snapshot{Thread: ts.Thread, Open: ts.Runs, StepsKept: s.steps != nil}
-		// From the cache, the key is not looked up: had it been written, the
-		// driver refuses the batch's copy (ErrVersionConflict), and the
-		// retry reads it.
-		if key != "" && !fromCache {
+		// The key is not looked up at the first attempt: had it been
+		// written, the driver refuses the batch's copy (ErrVersionConflict),
+		// and the retry reads it. A decision (a busy thread) is not taken
+		// without it, though: reduce says so (errStale), and the key is read.
+		lookup := func() error {
 			k, err := s.d.GetIdempotency(ctx, threadID, key)
 			switch {
 			case err == nil:
 				snap.Idempotency = &k
 			case !errors.Is(err, driver.ErrNotFound):
-				return runstate.Effects{}, fmt.Errorf("looking up key %q: %w", key, err)
+				return fmt.Errorf("looking up key %q: %w", key, err)
+			}
+			return nil
+		}
+		keyRead := key == "" || (!fromCache && conflicted)
+		if key != "" && keyRead {
+			if err := lookup(); err != nil {
+				return runstate.Effects{}, err
 			}
 		}
-		eff, err := reduce(snap, fromCache)
+		eff, err := reduce(snap, fromCache || !keyRead)
+		if errors.Is(err, errStale) && !fromCache && !keyRead {
+			if err := lookup(); err != nil {
+				return runstate.Effects{}, err
+			}
+			eff, err = reduce(snap, false)
+		}
 		if err != nil || eff.Empty() {
 			if redo() {
 				continue
@@ -470,6 +497,7 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 			if err := ctx.Err(); err != nil {
 				return runstate.Effects{}, err
 			}
+			conflicted = true
 			continue
 		case errors.Is(err, driver.ErrFenced):
 			return runstate.Effects{}, &FencedError{ThreadID: threadID, Owner: snap.Thread.Owner, Err: err}
