@@ -58,7 +58,9 @@ type Leaser interface {
 
 	// Watch delivers notices sent after it was called, until ctx is done or
 	// the channel is closed by the driver (a lost connection: watch again,
-	// and poll for what was missed).
+	// and poll for what was missed). Once leases were acquired through this
+	// driver, it may leave out notices whose Owner is another epoch than
+	// theirs (not 0): their receivers would drop them.
 	Watch(ctx context.Context) (<-chan Notice, error)
 }
 

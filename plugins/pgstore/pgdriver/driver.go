@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,10 @@ type Driver struct {
 	mu       sync.RWMutex
 	closed   bool
 	watchers map[*watcher]struct{}
+
+	// held are the epochs of the leases acquired through this driver: its
+	// watches leave out notices addressed to other epochs (lease.go).
+	held atomic.Pointer[map[int64]bool]
 
 	stepq     chan *stepReq // to the step committers (steps.go)
 	stepsDone sync.WaitGroup

@@ -45,10 +45,36 @@ func (d *Driver) AcquireLease(ctx context.Context, holder string, ttl time.Durat
 	if err != nil {
 		return driver.Lease{}, err
 	}
+	d.hold(l.Epoch)
 	if l.Epoch%64 == 0 { // now and then
 		_, _ = d.pool.Exec(ctx, d.sql.gcLeases)
 	}
 	return l, nil
+}
+
+// hold adds epoch to the leases acquired through this driver.
+func (d *Driver) hold(epoch int64) {
+	for {
+		old := d.held.Load()
+		m := map[int64]bool{epoch: true}
+		if old != nil {
+			for e := range *old {
+				m[e] = true
+			}
+		}
+		if d.held.CompareAndSwap(old, &m) {
+			return
+		}
+	}
+}
+
+// wants reports whether a watch of this driver delivers a notice addressed
+// to owner: one for every host (0), or for a lease acquired through this
+// driver, or any while no lease was (a watcher that holds none, such as an
+// operator's tool, sees every notice).
+func (d *Driver) wants(owner int64) bool {
+	m := d.held.Load()
+	return owner == 0 || m == nil || (*m)[owner]
 }
 
 // RenewLease implements driver.Leaser.
@@ -198,7 +224,10 @@ func (w *watcher) stop() { w.cancel() }
 // so every notice sent afterwards reaches it. The channel is closed when
 // ctx ends, the driver closes, or the connection fails (reconnecting is
 // the caller's: watch again, and poll for what was missed). A watcher that
-// does not keep up loses notices: they are hints.
+// does not keep up loses notices: they are hints. Once a lease was acquired
+// through this driver, notices addressed to other epochs are left out
+// (driver.Leaser.Watch): every host has a driver of its own, and the host
+// would drop them.
 func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 	pc, err := d.cfg.poolConfig()
 	if err != nil {
@@ -256,6 +285,9 @@ func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 			var n notice
 			if json.Unmarshal([]byte(nt.Payload), &n) != nil || n.Thread == "" {
 				continue // not ours
+			}
+			if !d.wants(n.Owner) {
+				continue // for another host: it would only drop it
 			}
 			select {
 			case ch <- n.toDriver():
