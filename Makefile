@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # Packages with goroutines, run again under the race detector by `make test`.
 RACE_PKGS ?= ./host/... ./plugins/... ./sdk/... ./cmd/...
 
-.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench sim soak soak-nemeses mutants
+.PHONY: all build proto guests guests-c test test-unit test-race test-soak lint bench bench-hosts sim soak soak-nemeses mutants
 
 # Seeds for `make sim` (the deterministic simulation of the runtime).
 SEEDS ?= 20000
@@ -68,8 +68,17 @@ lint:
 # peers from the same run, ratios, targets). BENCHTIME sets the throughput
 # benchmarks' length.
 BENCHTIME ?= 3s
+HOSTS_RUNS ?= 200
+HOSTS_PAIRS ?= 3
 bench:
-	$(GO) run ./internal/benchreport -out docs/benchmarks.md -benchtime $(BENCHTIME)
+	$(GO) run ./internal/benchreport -out docs/benchmarks.md -benchtime $(BENCHTIME) -hosts-runs $(HOSTS_RUNS) -hosts-pairs $(HOSTS_PAIRS)
+
+# The several-hosts CPU benchmark alone (part of `make bench` at its default
+# size): three serve processes on one pgstore database against one, runs of
+# 1.3 s, 40 and 150 clients, HOSTS_PAIRS pairs of rounds of HOSTS_RUNS runs.
+# PostgreSQL from AGENTHOST_PG_URL, or started from the machine's binaries.
+bench-hosts:
+	$(GO) test -run '^$$' -bench HostsCPU -benchtime $(HOSTS_RUNS)x -count 1 -timeout 60m -v ./soak -hostscpu.pairs=$(HOSTS_PAIRS)
 
 # The runtime's deterministic simulation with more seeds than `make test`
 # runs (2,000). Replay one failing seed with:

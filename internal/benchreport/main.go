@@ -34,10 +34,12 @@ type job struct {
 	dir string
 	// pg: the job needs the PostgreSQL server in AGENTHOST_PG_URL.
 	pg bool
+	// flags are the benchmark's own flags, after the package.
+	flags []string
 }
 
 func (j job) args() []string {
-	return []string{"test", "-run", "^$", "-bench", j.bench, "-benchtime", j.benchtime, "-count", "1", "-timeout", "60m", j.pkg}
+	return append([]string{"test", "-run", "^$", "-bench", j.bench, "-benchtime", j.benchtime, "-count", "1", "-timeout", "60m", j.pkg}, j.flags...)
 }
 
 // key is the prefix of the job's results.
@@ -50,6 +52,9 @@ func (j job) key() string {
 
 func (j job) String() string {
 	s := fmt.Sprintf("go test -run '^$' -bench '%s' -benchtime %s %s", j.bench, j.benchtime, j.pkg)
+	if len(j.flags) > 0 {
+		s += " " + strings.Join(j.flags, " ")
+	}
 	if j.dir != "" {
 		s = "(cd " + j.dir + " && " + s + ")"
 	}
@@ -88,14 +93,20 @@ func parse(r io.Reader, pkg string, into results, echo io.Writer) {
 func main() {
 	out := flag.String("out", "docs/benchmarks.md", "report to write")
 	scale := flag.String("benchtime", "3s", "benchtime of the throughput benchmarks")
+	hostsRuns := flag.Int("hosts-runs", 200, "runs per round of the several-hosts CPU benchmark (BenchmarkHostsCPU)")
+	hostsPairs := flag.Int("hosts-pairs", 3, "pairs of rounds of the several-hosts CPU benchmark")
 	flag.Parse()
-	if err := run(*out, *scale); err != nil {
+	if *hostsRuns < 2 || *hostsPairs < 1 {
+		fmt.Fprintln(os.Stderr, "benchreport: -hosts-runs must be at least 2 and -hosts-pairs at least 1")
+		os.Exit(2)
+	}
+	if err := run(*out, *scale, *hostsRuns, *hostsPairs); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, scale string) error {
+func run(out, scale string, hostsRuns, hostsPairs int) error {
 	jobs := []job{
 		{pkg: "./plugins/badgerstore/badgerdriver", bench: "BenchmarkCommit", benchtime: scale},
 		{pkg: "./host/driverhost", bench: ".", benchtime: scale},
@@ -110,6 +121,8 @@ func run(out, scale string) error {
 		{pkg: "./guests/examples", bench: "ExampleDecide", benchtime: "100000x"},
 		{pkg: "./host/mcp", bench: "ToolCall", benchtime: "5000x"},
 		{pkg: "./soak", bench: "HTTPClosedLoop", benchtime: "4000x"},
+		// Three serve processes against one, in turn within the job.
+		{pkg: "./soak", bench: "HostsCPU", benchtime: fmt.Sprintf("%dx", hostsRuns), pg: true, flags: []string{fmt.Sprintf("-hostscpu.pairs=%d", hostsPairs)}},
 	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.

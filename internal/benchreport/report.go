@@ -144,6 +144,16 @@ func sections() []section {
 		{label: "64 clients over HTTP, p50 (ms)", key: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", unit: "http-p50-ms",
 			peerLabel: "p99", peerKey: soakPkg + " BenchmarkHTTPClosedLoop/clients=64", peerUnit: "http-p99-ms"},
 	}
+	var hostsRows []row
+	for _, n := range []int{40, 150} {
+		key := fmt.Sprintf("%s BenchmarkHostsCPU/clients=%d", soakPkg, n)
+		hostsRows = append(hostsRows,
+			row{label: fmt.Sprintf("CPU per run, 3 hosts on pgstore, %d clients (ms)", n), key: key, unit: "cpu-ms/run-3hosts",
+				peerLabel: "1 host, interleaved (ratio: median of pairs)", peerKey: key, peerUnit: "cpu-ms/run-1host", ratioUnit: "ratio:3hosts/1host",
+				target: "ratio ≤ 1.3", met: ratioAtMost(1.3)},
+			row{label: fmt.Sprintf("submit-to-answer p50, 3 hosts, %d clients (ms; runs take 1,300)", n), key: key, unit: "p50-ms-3hosts",
+				peerLabel: "1 host", peerKey: key, peerUnit: "p50-ms-1host"})
+	}
 	return []section{
 		{title: "Store drivers", about: "Commits per second and commit latency with 1, 16 and 64 goroutines each committing to a thread of its own, and step commits (CommitSteps) per second with 64 active runs each appending its steps one at a time; badger with SyncWrites on (durable) and group commit; the plugin figures through the real subprocess (go-plugin, gRPC, AutoMTLS).", jobs: []int{0, 1}, rows: drivers},
 		{title: "Wasm policies", about: "One refine decision through the wazero host (request encoding, pooled instance, per-call deadline, decoding and manifest check included), module loads, and pooled instances.", jobs: []int{2, 3}, rows: wasmRows},
@@ -151,6 +161,7 @@ func sections() []section {
 		{title: "Runtime", about: "The coordinator, executor and store layer end to end with the scripted model answering at once; each client submits one input and waits for the answer before the next.", jobs: []int{4, 5}, rows: rt},
 		{title: "Several hosts on PostgreSQL, and a peer", about: "agenthost over pgstore (each host a runtime with its own driver subprocess, one database) against DBOS Transact for Go running a durable workflow with one step (bench/dbospeer, a module of its own), on the same PostgreSQL server (fsync on) in the same run, the two taking turns in six rounds (agenthost, DBOS, DBOS, agenthost, ...): each figure is the median of its rounds, each ratio the median of the rounds' ratios. Each client submits with an idempotency key (DBOS: the workflow id) and waits for the answer before the next.", jobs: []int{6, 7}, rows: pg},
 		{title: "Over HTTP", about: "`agenthost serve` on badgerstore (the driver a subprocess, durable), a zero-delay scripted model, measured from outside as `agenthost-loadgen closed` measures a deployment: each client submits with an idempotency key, then `GET result?wait=`, then its next input (a fresh thread every 50). Beside it the same clients through the Go API on badger in process, the two taking turns round by round.", jobs: []int{10}, rows: httpRows},
+		{title: "Several hosts: CPU per run", about: "Three `agenthost serve` processes sharing one pgstore database against one alone on a database of its own (same PostgreSQL server), under the same closed load as `agenthost-loadgen closed` puts on a deployment: each client submits with an idempotency key to one host and waits for the answer (`GET result?wait=`) at the next in turn, then its next input (a fresh thread every 50); the scripted model takes 1.3 s per run. Measured from outside: the CPU time of the serve processes and their driver subprocesses (from /proc; the database's own is not counted) over a round, divided by the runs it answered. The two deployments take turns (one, three, three, one, ...), each figure is the median of its rounds and the ratio the median of the pairs' ratios. With one host, 150 clients exceed its 64 concurrent runs, hence its latency. It takes minutes, so `make bench` runs it with rounds of `HOSTS_RUNS` runs (200) in `HOSTS_PAIRS` pairs (3); `make bench-hosts HOSTS_RUNS=N HOSTS_PAIRS=P` runs it alone, larger, and prints the figures with each round's split between hosts and drivers.", jobs: []int{11}, rows: hostsRows},
 		{title: "Tools", about: "One tool call through the MCP client (the official Go SDK) to the test server's add tool, beside a Go tool doing the same work (decode two numbers, add, format), the three calls alternating in one benchmark so they meet the same load; the difference is what the MCP client and its transport add to a call.", jobs: []int{9}, rows: tools},
 	}
 }

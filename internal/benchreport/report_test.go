@@ -33,7 +33,10 @@ BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50
 `), "./guests/examples", res, io.Discard)
 	parse(strings.NewReader(`BenchmarkToolCall-2   	    2000	   3683535 ns/op	        11.46 go-p50-µs	        74.20 go-p99-µs	      1048 mcp-http-p50-µs	     11558 mcp-http-p99-µs	      1026 mcp-stdio-p50-µs	     11601 mcp-stdio-p99-µs
 `), "./host/mcp", res, io.Discard)
-	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}, {pkg: "./soak"}}
+	parse(strings.NewReader(`BenchmarkHostsCPU/clients=40-2   	     200	 265729363 ns/op	         3.733 cpu-ms/run-1host	        4.50 cpu-ms/run-3hosts	      1346 p50-ms-1host	      1360 p50-ms-3hosts	         1.21 ratio:3hosts/1host
+`), "./soak", res, io.Discard)
+	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}, {pkg: "./soak"},
+		{pkg: "./soak", bench: "HostsCPU", benchtime: "200x", pg: true, flags: []string{"-hostscpu.pairs=3"}}}
 	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
 	out := b.String()
 	for _, want := range []string{
@@ -47,6 +50,8 @@ BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50
 		"| Rust example decision p50 | 1,100 | native Go, the same policy | 20.0 | 55× | ≤ 2,000 ns | met |",
 		"| runs/s over pgstore, 1 host, 64 clients | 900 | DBOS Transact, one-step workflow, 64 clients (ratio: median of rounds in turn) | 600 | 1.45× | ≥ 3× the peer | **not met** |",
 		"| MCP tool call over stdio (a subprocess), p50 (µs) | 1,026 | Go tool doing the same work | 11.5 |",
+		"| CPU per run, 3 hosts on pgstore, 40 clients (ms) | 4.5 | 1 host, interleaved (ratio: median of pairs) | 3.73 | 1.21× | ratio ≤ 1.3 | met |",
+		"AGENTHOST_PG_URL=... go test -run '^$' -bench 'HostsCPU' -benchtime 200x ./soak -hostscpu.pairs=3",
 		"AGENTHOST_PG_URL=... (cd bench/dbospeer && go test -run '^$' -bench 'D' -benchtime 3s .)",
 	} {
 		if !strings.Contains(out, want) {
