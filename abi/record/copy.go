@@ -16,6 +16,7 @@ func CloneThread(t Thread) Thread {
 func CloneRun(r Run) Run {
 	r.InputMessageIDs = slices.Clone(r.InputMessageIDs)
 	r.TranscriptIDs = slices.Clone(r.TranscriptIDs)
+	r.Pending = slices.Clone(r.Pending)
 	return r
 }
 
@@ -59,12 +60,16 @@ func NormalizeRun(x Run) Run {
 	if len(x.TranscriptIDs) == 0 {
 		x.TranscriptIDs = nil
 	}
+	if len(x.Pending) == 0 {
+		x.Pending = nil
+	}
 	return x
 }
 
 // NormalizeStep normalizes a step record.
 func NormalizeStep(x Step) Step {
 	x.CreatedAt = normTime(x.CreatedAt)
+	x.Ask.Deadline = normTime(x.Ask.Deadline)
 	x.Message = NormalizeMessage(x.Message)
 	if len(x.Taken) == 0 {
 		x.Taken = nil

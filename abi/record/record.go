@@ -112,6 +112,13 @@ type Run struct {
 	Owner string
 	// Error describes why a failed run failed.
 	Error string
+	// Pending lists, in the order asked, the tool calls (by call id) that
+	// wait for a person's answer: those the tool policy said ask for (a
+	// StepAsk record each) and that no StepAnswer has decided yet. An
+	// active run with Pending calls is waiting: no host executes it until
+	// the last of them is answered (the store state stays active, and its
+	// thread busy). Cleared when the run ends.
+	Pending []string
 	// EndSeq orders the terminal runs of a thread by when they ended: the
 	// thread version of the commit that made the run terminal (0 before).
 	EndSeq    int64
@@ -175,15 +182,79 @@ const (
 	// StepTake: inputs of queued runs taken by injection at a boundary
 	// (Taken), before the model call that sees them.
 	StepTake StepKind = "take"
+	// StepAsk: a tool call of the model step that the tool policy said
+	// ask for (Ask): it waits for a person's answer, and is not made
+	// before one.
+	StepAsk StepKind = "ask"
+	// StepAnswer: a person's (or the time limit's) answer to an asked call
+	// (Answer).
+	StepAnswer StepKind = "answer"
 )
 
 // Valid reports whether k is one of the known step kinds.
 func (k StepKind) Valid() bool {
 	switch k {
-	case StepModel, StepTool, StepTake:
+	case StepModel, StepTool, StepTake, StepAsk, StepAnswer:
 		return true
 	}
 	return false
+}
+
+// Ask is a tool call waiting for approval, as the tool policy asked for it.
+type Ask struct {
+	// CallID is the model's id of the call, unique in its run.
+	CallID string
+	// Tool and Server name the tool (Server: the MCP server providing it,
+	// empty for a tool of the host's own); Arguments is the JSON text the
+	// model produced.
+	Tool      string
+	Server    string
+	Arguments string
+	// Prompt is what the person approving is shown.
+	Prompt string
+	// Approvals is how many approve answers the call needs (1 or more).
+	Approvals int
+	// Deadline is when an unanswered call is rejected.
+	Deadline time.Time
+}
+
+// AnswerAction is what a person decided about an asked call.
+type AnswerAction string
+
+// The answer actions.
+const (
+	// AnswerApprove: the call runs as the model asked.
+	AnswerApprove AnswerAction = "approve"
+	// AnswerEdit: the call runs with Answer.Arguments instead.
+	AnswerEdit AnswerAction = "edit"
+	// AnswerReject: the call does not run; the model sees Answer.Text as
+	// the tool's result.
+	AnswerReject AnswerAction = "reject"
+	// AnswerRespond: the call does not run; Answer.Text is the person's
+	// answer in the tool's place, the tool's result the model sees.
+	AnswerRespond AnswerAction = "respond"
+)
+
+// Valid reports whether a is one of the answer actions.
+func (a AnswerAction) Valid() bool {
+	switch a {
+	case AnswerApprove, AnswerEdit, AnswerReject, AnswerRespond:
+		return true
+	}
+	return false
+}
+
+// Answer is one answer to an asked call.
+type Answer struct {
+	CallID string
+	Action AnswerAction
+	// Arguments, with edit, is the JSON text the call runs with.
+	Arguments string
+	// Text, with reject or respond, is the tool result the model sees.
+	Text string
+	// Key is the answer's idempotency key: the same answer with the same
+	// key again is the recorded one.
+	Key string
 }
 
 // Take is what one step record took from one queued run: all its inputs.
@@ -217,7 +288,11 @@ type Step struct {
 	// Message is set for StepModel and StepTool.
 	Message Message
 	// Taken is set for StepTake, in the order taken.
-	Taken     []Take
+	Taken []Take
+	// Ask is set for StepAsk, Answer for StepAnswer. The answer's time is
+	// the step's CreatedAt.
+	Ask       Ask
+	Answer    Answer
 	CreatedAt time.Time
 }
 

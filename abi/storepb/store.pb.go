@@ -164,6 +164,8 @@ type Run struct {
 	// Protocol version 2.
 	TakenBy       string   `protobuf:"bytes,17,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
 	TranscriptIds []string `protobuf:"bytes,18,rep,name=transcript_ids,json=transcriptIds,proto3" json:"transcript_ids,omitempty"`
+	// Tool-call approval (suite 1.4): the calls waiting for an answer.
+	Pending       []string `protobuf:"bytes,19,rep,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +322,13 @@ func (x *Run) GetTakenBy() string {
 func (x *Run) GetTranscriptIds() []string {
 	if x != nil {
 		return x.TranscriptIds
+	}
+	return nil
+}
+
+func (x *Run) GetPending() []string {
+	if x != nil {
+		return x.Pending
 	}
 	return nil
 }
@@ -755,27 +764,200 @@ func (x *Take) GetInputMessageIds() []string {
 	return nil
 }
 
-// Step is one record of a run's step log (record.Step); kind is "model",
-// "tool" or "take".
-type Step struct {
+// Ask is a tool call waiting for approval (record.Ask).
+type Ask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	ThreadId      string                 `protobuf:"bytes,3,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	Seq           int64                  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	Attempt       int64                  `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Model         int64                  `protobuf:"varint,6,opt,name=model,proto3" json:"model,omitempty"`
-	Kind          string                 `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
-	Message       *Message               `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	Taken         []*Take                `protobuf:"bytes,9,rep,name=taken,proto3" json:"taken,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Tool          string                 `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	Server        string                 `protobuf:"bytes,3,opt,name=server,proto3" json:"server,omitempty"`
+	Arguments     string                 `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Prompt        string                 `protobuf:"bytes,5,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Approvals     int64                  `protobuf:"varint,6,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ask) Reset() {
+	*x = Ask{}
+	mi := &file_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ask) ProtoMessage() {}
+
+func (x *Ask) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ask.ProtoReflect.Descriptor instead.
+func (*Ask) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Ask) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *Ask) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *Ask) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Ask) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *Ask) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *Ask) GetApprovals() int64 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
+func (x *Ask) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+// Answer is an answer to an asked call (record.Answer).
+type Answer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Action        string                 `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Arguments     string                 `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Text          string                 `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
+	Key           string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Answer) Reset() {
+	*x = Answer{}
+	mi := &file_store_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Answer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Answer) ProtoMessage() {}
+
+func (x *Answer) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Answer.ProtoReflect.Descriptor instead.
+func (*Answer) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Answer) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *Answer) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *Answer) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *Answer) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Answer) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// Step is one record of a run's step log (record.Step); kind is "model",
+// "tool", "take", "ask" or "answer".
+type Step struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RunId     string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ThreadId  string                 `protobuf:"bytes,3,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
+	Seq       int64                  `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Attempt   int64                  `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Model     int64                  `protobuf:"varint,6,opt,name=model,proto3" json:"model,omitempty"`
+	Kind      string                 `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message   *Message               `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Taken     []*Take                `protobuf:"bytes,9,rep,name=taken,proto3" json:"taken,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tool-call approval (suite 1.4).
+	Ask           *Ask    `protobuf:"bytes,11,opt,name=ask,proto3" json:"ask,omitempty"`
+	Answer        *Answer `protobuf:"bytes,12,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +969,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[7]
+	mi := &file_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +982,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{7}
+	return file_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Step) GetId() string {
@@ -873,6 +1055,20 @@ func (x *Step) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Step) GetAsk() *Ask {
+	if x != nil {
+		return x.Ask
+	}
+	return nil
+}
+
+func (x *Step) GetAnswer() *Answer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
 // StepBatch is one CommitSteps call (driver.StepBatch).
 type StepBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -888,7 +1084,7 @@ type StepBatch struct {
 
 func (x *StepBatch) Reset() {
 	*x = StepBatch{}
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1096,7 @@ func (x *StepBatch) String() string {
 func (*StepBatch) ProtoMessage() {}
 
 func (x *StepBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[8]
+	mi := &file_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1109,7 @@ func (x *StepBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepBatch.ProtoReflect.Descriptor instead.
 func (*StepBatch) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{8}
+	return file_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepBatch) GetThreadId() string {
@@ -968,7 +1164,7 @@ type OpenRequest struct {
 
 func (x *OpenRequest) Reset() {
 	*x = OpenRequest{}
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1176,7 @@ func (x *OpenRequest) String() string {
 func (*OpenRequest) ProtoMessage() {}
 
 func (x *OpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[9]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1189,7 @@ func (x *OpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
 func (*OpenRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{9}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenRequest) GetConfig() map[string]string {
@@ -1011,7 +1207,7 @@ type OpenResponse struct {
 
 func (x *OpenResponse) Reset() {
 	*x = OpenResponse{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1219,7 @@ func (x *OpenResponse) String() string {
 func (*OpenResponse) ProtoMessage() {}
 
 func (x *OpenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1232,7 @@ func (x *OpenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenResponse.ProtoReflect.Descriptor instead.
 func (*OpenResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 type InfoRequest struct {
@@ -1047,7 +1243,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1255,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1268,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 type InfoResponse struct {
@@ -1088,7 +1284,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1296,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1309,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InfoResponse) GetProtocolVersion() int32 {
@@ -1160,7 +1356,7 @@ type LoadThreadRequest struct {
 
 func (x *LoadThreadRequest) Reset() {
 	*x = LoadThreadRequest{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1368,7 @@ func (x *LoadThreadRequest) String() string {
 func (*LoadThreadRequest) ProtoMessage() {}
 
 func (x *LoadThreadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1381,7 @@ func (x *LoadThreadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadThreadRequest.ProtoReflect.Descriptor instead.
 func (*LoadThreadRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadThreadRequest) GetThreadId() string {
@@ -1205,7 +1401,7 @@ type LoadThreadResponse struct {
 
 func (x *LoadThreadResponse) Reset() {
 	*x = LoadThreadResponse{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1413,7 @@ func (x *LoadThreadResponse) String() string {
 func (*LoadThreadResponse) ProtoMessage() {}
 
 func (x *LoadThreadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1426,7 @@ func (x *LoadThreadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadThreadResponse.ProtoReflect.Descriptor instead.
 func (*LoadThreadResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadThreadResponse) GetThread() *Thread {
@@ -1256,7 +1452,7 @@ type CommitRequest struct {
 
 func (x *CommitRequest) Reset() {
 	*x = CommitRequest{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1464,7 @@ func (x *CommitRequest) String() string {
 func (*CommitRequest) ProtoMessage() {}
 
 func (x *CommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1477,7 @@ func (x *CommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitRequest.ProtoReflect.Descriptor instead.
 func (*CommitRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommitRequest) GetBatch() *Batch {
@@ -1300,7 +1496,7 @@ type CommitResponse struct {
 
 func (x *CommitResponse) Reset() {
 	*x = CommitResponse{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1508,7 @@ func (x *CommitResponse) String() string {
 func (*CommitResponse) ProtoMessage() {}
 
 func (x *CommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1521,7 @@ func (x *CommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResponse.ProtoReflect.Descriptor instead.
 func (*CommitResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitResponse) GetVersion() int64 {
@@ -1344,7 +1540,7 @@ type CommitManyRequest struct {
 
 func (x *CommitManyRequest) Reset() {
 	*x = CommitManyRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1552,7 @@ func (x *CommitManyRequest) String() string {
 func (*CommitManyRequest) ProtoMessage() {}
 
 func (x *CommitManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1565,7 @@ func (x *CommitManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitManyRequest.ProtoReflect.Descriptor instead.
 func (*CommitManyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommitManyRequest) GetBatches() []*Batch {
@@ -1388,7 +1584,7 @@ type CommitManyResponse struct {
 
 func (x *CommitManyResponse) Reset() {
 	*x = CommitManyResponse{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1596,7 @@ func (x *CommitManyResponse) String() string {
 func (*CommitManyResponse) ProtoMessage() {}
 
 func (x *CommitManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1609,7 @@ func (x *CommitManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitManyResponse.ProtoReflect.Descriptor instead.
 func (*CommitManyResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommitManyResponse) GetResults() []*CommitResult {
@@ -1438,7 +1634,7 @@ type CommitResult struct {
 
 func (x *CommitResult) Reset() {
 	*x = CommitResult{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1646,7 @@ func (x *CommitResult) String() string {
 func (*CommitResult) ProtoMessage() {}
 
 func (x *CommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1659,7 @@ func (x *CommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitResult.ProtoReflect.Descriptor instead.
 func (*CommitResult) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommitResult) GetVersion() int64 {
@@ -1503,7 +1699,7 @@ type GetRunsRequest struct {
 
 func (x *GetRunsRequest) Reset() {
 	*x = GetRunsRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1711,7 @@ func (x *GetRunsRequest) String() string {
 func (*GetRunsRequest) ProtoMessage() {}
 
 func (x *GetRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1724,7 @@ func (x *GetRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunsRequest.ProtoReflect.Descriptor instead.
 func (*GetRunsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRunsRequest) GetIds() []string {
@@ -1547,7 +1743,7 @@ type GetRunsResponse struct {
 
 func (x *GetRunsResponse) Reset() {
 	*x = GetRunsResponse{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1755,7 @@ func (x *GetRunsResponse) String() string {
 func (*GetRunsResponse) ProtoMessage() {}
 
 func (x *GetRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1768,7 @@ func (x *GetRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunsResponse.ProtoReflect.Descriptor instead.
 func (*GetRunsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRunsResponse) GetRuns() []*Run {
@@ -1592,7 +1788,7 @@ type GetIdempotencyRequest struct {
 
 func (x *GetIdempotencyRequest) Reset() {
 	*x = GetIdempotencyRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1800,7 @@ func (x *GetIdempotencyRequest) String() string {
 func (*GetIdempotencyRequest) ProtoMessage() {}
 
 func (x *GetIdempotencyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1813,7 @@ func (x *GetIdempotencyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIdempotencyRequest.ProtoReflect.Descriptor instead.
 func (*GetIdempotencyRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetIdempotencyRequest) GetThreadId() string {
@@ -1643,7 +1839,7 @@ type GetIdempotencyResponse struct {
 
 func (x *GetIdempotencyResponse) Reset() {
 	*x = GetIdempotencyResponse{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1851,7 @@ func (x *GetIdempotencyResponse) String() string {
 func (*GetIdempotencyResponse) ProtoMessage() {}
 
 func (x *GetIdempotencyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1864,7 @@ func (x *GetIdempotencyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIdempotencyResponse.ProtoReflect.Descriptor instead.
 func (*GetIdempotencyResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetIdempotencyResponse) GetRecord() *Idempotency {
@@ -1689,7 +1885,7 @@ type ReadHistoryRequest struct {
 
 func (x *ReadHistoryRequest) Reset() {
 	*x = ReadHistoryRequest{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1897,7 @@ func (x *ReadHistoryRequest) String() string {
 func (*ReadHistoryRequest) ProtoMessage() {}
 
 func (x *ReadHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1910,7 @@ func (x *ReadHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHistoryRequest.ProtoReflect.Descriptor instead.
 func (*ReadHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadHistoryRequest) GetThreadId() string {
@@ -1747,7 +1943,7 @@ type ReadHistoryResponse struct {
 
 func (x *ReadHistoryResponse) Reset() {
 	*x = ReadHistoryResponse{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1955,7 @@ func (x *ReadHistoryResponse) String() string {
 func (*ReadHistoryResponse) ProtoMessage() {}
 
 func (x *ReadHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1968,7 @@ func (x *ReadHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHistoryResponse.ProtoReflect.Descriptor instead.
 func (*ReadHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadHistoryResponse) GetMessages() []*Message {
@@ -1793,7 +1989,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2001,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2014,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListRunsRequest) GetState() string {
@@ -1851,7 +2047,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2059,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2072,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -1894,7 +2090,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2102,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2115,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 type CloseResponse struct {
@@ -1930,7 +2126,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2138,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2151,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 type CommitStepsRequest struct {
@@ -1967,7 +2163,7 @@ type CommitStepsRequest struct {
 
 func (x *CommitStepsRequest) Reset() {
 	*x = CommitStepsRequest{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2175,7 @@ func (x *CommitStepsRequest) String() string {
 func (*CommitStepsRequest) ProtoMessage() {}
 
 func (x *CommitStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2188,7 @@ func (x *CommitStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStepsRequest.ProtoReflect.Descriptor instead.
 func (*CommitStepsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommitStepsRequest) GetBatch() *StepBatch {
@@ -2010,7 +2206,7 @@ type CommitStepsResponse struct {
 
 func (x *CommitStepsResponse) Reset() {
 	*x = CommitStepsResponse{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2218,7 @@ func (x *CommitStepsResponse) String() string {
 func (*CommitStepsResponse) ProtoMessage() {}
 
 func (x *CommitStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2231,7 @@ func (x *CommitStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitStepsResponse.ProtoReflect.Descriptor instead.
 func (*CommitStepsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 type ReadStepsRequest struct {
@@ -2049,7 +2245,7 @@ type ReadStepsRequest struct {
 
 func (x *ReadStepsRequest) Reset() {
 	*x = ReadStepsRequest{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2257,7 @@ func (x *ReadStepsRequest) String() string {
 func (*ReadStepsRequest) ProtoMessage() {}
 
 func (x *ReadStepsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2270,7 @@ func (x *ReadStepsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStepsRequest.ProtoReflect.Descriptor instead.
 func (*ReadStepsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadStepsRequest) GetRunId() string {
@@ -2107,7 +2303,7 @@ type ReadStepsResponse struct {
 
 func (x *ReadStepsResponse) Reset() {
 	*x = ReadStepsResponse{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2315,7 @@ func (x *ReadStepsResponse) String() string {
 func (*ReadStepsResponse) ProtoMessage() {}
 
 func (x *ReadStepsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2328,7 @@ func (x *ReadStepsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStepsResponse.ProtoReflect.Descriptor instead.
 func (*ReadStepsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadStepsResponse) GetSteps() []*Step {
@@ -2152,7 +2348,7 @@ type ListThreadsRequest struct {
 
 func (x *ListThreadsRequest) Reset() {
 	*x = ListThreadsRequest{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2360,7 @@ func (x *ListThreadsRequest) String() string {
 func (*ListThreadsRequest) ProtoMessage() {}
 
 func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2373,7 @@ func (x *ListThreadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsRequest.ProtoReflect.Descriptor instead.
 func (*ListThreadsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListThreadsRequest) GetAfter() string {
@@ -2203,7 +2399,7 @@ type ListThreadsResponse struct {
 
 func (x *ListThreadsResponse) Reset() {
 	*x = ListThreadsResponse{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2411,7 @@ func (x *ListThreadsResponse) String() string {
 func (*ListThreadsResponse) ProtoMessage() {}
 
 func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2424,7 @@ func (x *ListThreadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListThreadsResponse.ProtoReflect.Descriptor instead.
 func (*ListThreadsResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListThreadsResponse) GetThreads() []*Thread {
@@ -2250,7 +2446,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2458,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2471,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Lease) GetEpoch() int64 {
@@ -2316,7 +2512,7 @@ type AcquireLeaseRequest struct {
 
 func (x *AcquireLeaseRequest) Reset() {
 	*x = AcquireLeaseRequest{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2524,7 @@ func (x *AcquireLeaseRequest) String() string {
 func (*AcquireLeaseRequest) ProtoMessage() {}
 
 func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2537,7 @@ func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireLeaseRequest) GetHolder() string {
@@ -2368,7 +2564,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2576,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2589,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RenewLeaseRequest) GetEpoch() int64 {
@@ -2419,7 +2615,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2627,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2640,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LeaseResponse) GetLease() *Lease {
@@ -2463,7 +2659,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2671,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2684,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseLeaseRequest) GetEpoch() int64 {
@@ -2506,7 +2702,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2714,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2727,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{41}
+	return file_store_proto_rawDescGZIP(), []int{43}
 }
 
 type LeasesRequest struct {
@@ -2542,7 +2738,7 @@ type LeasesRequest struct {
 
 func (x *LeasesRequest) Reset() {
 	*x = LeasesRequest{}
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2750,7 @@ func (x *LeasesRequest) String() string {
 func (*LeasesRequest) ProtoMessage() {}
 
 func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2763,7 @@ func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
 func (*LeasesRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{42}
+	return file_store_proto_rawDescGZIP(), []int{44}
 }
 
 type LeasesResponse struct {
@@ -2579,7 +2775,7 @@ type LeasesResponse struct {
 
 func (x *LeasesResponse) Reset() {
 	*x = LeasesResponse{}
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2787,7 @@ func (x *LeasesResponse) String() string {
 func (*LeasesResponse) ProtoMessage() {}
 
 func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2800,7 @@ func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
 func (*LeasesResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{43}
+	return file_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LeasesResponse) GetLeases() []*Lease {
@@ -2628,7 +2824,7 @@ type Notice struct {
 
 func (x *Notice) Reset() {
 	*x = Notice{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2640,7 +2836,7 @@ func (x *Notice) String() string {
 func (*Notice) ProtoMessage() {}
 
 func (x *Notice) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2653,7 +2849,7 @@ func (x *Notice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notice.ProtoReflect.Descriptor instead.
 func (*Notice) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Notice) GetThreadId() string {
@@ -2706,7 +2902,7 @@ type NotifyResponse struct {
 
 func (x *NotifyResponse) Reset() {
 	*x = NotifyResponse{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2914,7 @@ func (x *NotifyResponse) String() string {
 func (*NotifyResponse) ProtoMessage() {}
 
 func (x *NotifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2927,7 @@ func (x *NotifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyResponse.ProtoReflect.Descriptor instead.
 func (*NotifyResponse) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{47}
 }
 
 type WatchRequest struct {
@@ -2742,7 +2938,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2950,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2963,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 var File_store_proto protoreflect.FileDescriptor
@@ -2786,7 +2982,7 @@ const file_store_proto_rawDesc = "" +
 	"\x0elast_commit_id\x18\x06 \x01(\tR\flastCommitId\x129\n" +
 	"\n" +
 	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x14\n" +
-	"\x05owner\x18\b \x01(\x03R\x05owner\"\xff\x04\n" +
+	"\x05owner\x18\b \x01(\x03R\x05owner\"\x99\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x10\n" +
@@ -2809,7 +3005,8 @@ const file_store_proto_rawDesc = "" +
 	"started_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
 	"\bended_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x19\n" +
 	"\btaken_by\x18\x11 \x01(\tR\atakenBy\x12%\n" +
-	"\x0etranscript_ids\x18\x12 \x03(\tR\rtranscriptIds\"L\n" +
+	"\x0etranscript_ids\x18\x12 \x03(\tR\rtranscriptIds\x12\x18\n" +
+	"\apending\x18\x13 \x03(\tR\apending\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -2853,7 +3050,21 @@ const file_store_proto_rawDesc = "" +
 	"\x05steps\x18\t \x03(\v2\x18.agenthost.store.v1.StepR\x05steps\"I\n" +
 	"\x04Take\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12*\n" +
-	"\x11input_message_ids\x18\x02 \x03(\tR\x0finputMessageIds\"\xc2\x02\n" +
+	"\x11input_message_ids\x18\x02 \x03(\tR\x0finputMessageIds\"\xd6\x01\n" +
+	"\x03Ask\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x16\n" +
+	"\x06server\x18\x03 \x01(\tR\x06server\x12\x1c\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\x12\x16\n" +
+	"\x06prompt\x18\x05 \x01(\tR\x06prompt\x12\x1c\n" +
+	"\tapprovals\x18\x06 \x01(\x03R\tapprovals\x126\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"}\n" +
+	"\x06Answer\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\x12\x12\n" +
+	"\x04text\x18\x04 \x01(\tR\x04text\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\"\xa1\x03\n" +
 	"\x04Step\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x1b\n" +
@@ -2866,7 +3077,9 @@ const file_store_proto_rawDesc = "" +
 	"\x05taken\x18\t \x03(\v2\x18.agenthost.store.v1.TakeR\x05taken\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb5\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12)\n" +
+	"\x03ask\x18\v \x01(\v2\x17.agenthost.store.v1.AskR\x03ask\x122\n" +
+	"\x06answer\x18\f \x01(\v2\x1a.agenthost.store.v1.AnswerR\x06answer\"\xb5\x01\n" +
 	"\tStepBatch\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x14\n" +
@@ -3006,7 +3219,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_store_proto_goTypes = []any{
 	(*Thread)(nil),                 // 0: agenthost.store.v1.Thread
 	(*Run)(nil),                    // 1: agenthost.store.v1.Run
@@ -3015,128 +3228,133 @@ var file_store_proto_goTypes = []any{
 	(*Idempotency)(nil),            // 4: agenthost.store.v1.Idempotency
 	(*Batch)(nil),                  // 5: agenthost.store.v1.Batch
 	(*Take)(nil),                   // 6: agenthost.store.v1.Take
-	(*Step)(nil),                   // 7: agenthost.store.v1.Step
-	(*StepBatch)(nil),              // 8: agenthost.store.v1.StepBatch
-	(*OpenRequest)(nil),            // 9: agenthost.store.v1.OpenRequest
-	(*OpenResponse)(nil),           // 10: agenthost.store.v1.OpenResponse
-	(*InfoRequest)(nil),            // 11: agenthost.store.v1.InfoRequest
-	(*InfoResponse)(nil),           // 12: agenthost.store.v1.InfoResponse
-	(*LoadThreadRequest)(nil),      // 13: agenthost.store.v1.LoadThreadRequest
-	(*LoadThreadResponse)(nil),     // 14: agenthost.store.v1.LoadThreadResponse
-	(*CommitRequest)(nil),          // 15: agenthost.store.v1.CommitRequest
-	(*CommitResponse)(nil),         // 16: agenthost.store.v1.CommitResponse
-	(*CommitManyRequest)(nil),      // 17: agenthost.store.v1.CommitManyRequest
-	(*CommitManyResponse)(nil),     // 18: agenthost.store.v1.CommitManyResponse
-	(*CommitResult)(nil),           // 19: agenthost.store.v1.CommitResult
-	(*GetRunsRequest)(nil),         // 20: agenthost.store.v1.GetRunsRequest
-	(*GetRunsResponse)(nil),        // 21: agenthost.store.v1.GetRunsResponse
-	(*GetIdempotencyRequest)(nil),  // 22: agenthost.store.v1.GetIdempotencyRequest
-	(*GetIdempotencyResponse)(nil), // 23: agenthost.store.v1.GetIdempotencyResponse
-	(*ReadHistoryRequest)(nil),     // 24: agenthost.store.v1.ReadHistoryRequest
-	(*ReadHistoryResponse)(nil),    // 25: agenthost.store.v1.ReadHistoryResponse
-	(*ListRunsRequest)(nil),        // 26: agenthost.store.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),       // 27: agenthost.store.v1.ListRunsResponse
-	(*CloseRequest)(nil),           // 28: agenthost.store.v1.CloseRequest
-	(*CloseResponse)(nil),          // 29: agenthost.store.v1.CloseResponse
-	(*CommitStepsRequest)(nil),     // 30: agenthost.store.v1.CommitStepsRequest
-	(*CommitStepsResponse)(nil),    // 31: agenthost.store.v1.CommitStepsResponse
-	(*ReadStepsRequest)(nil),       // 32: agenthost.store.v1.ReadStepsRequest
-	(*ReadStepsResponse)(nil),      // 33: agenthost.store.v1.ReadStepsResponse
-	(*ListThreadsRequest)(nil),     // 34: agenthost.store.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),    // 35: agenthost.store.v1.ListThreadsResponse
-	(*Lease)(nil),                  // 36: agenthost.store.v1.Lease
-	(*AcquireLeaseRequest)(nil),    // 37: agenthost.store.v1.AcquireLeaseRequest
-	(*RenewLeaseRequest)(nil),      // 38: agenthost.store.v1.RenewLeaseRequest
-	(*LeaseResponse)(nil),          // 39: agenthost.store.v1.LeaseResponse
-	(*ReleaseLeaseRequest)(nil),    // 40: agenthost.store.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),   // 41: agenthost.store.v1.ReleaseLeaseResponse
-	(*LeasesRequest)(nil),          // 42: agenthost.store.v1.LeasesRequest
-	(*LeasesResponse)(nil),         // 43: agenthost.store.v1.LeasesResponse
-	(*Notice)(nil),                 // 44: agenthost.store.v1.Notice
-	(*NotifyResponse)(nil),         // 45: agenthost.store.v1.NotifyResponse
-	(*WatchRequest)(nil),           // 46: agenthost.store.v1.WatchRequest
-	nil,                            // 47: agenthost.store.v1.Message.MetadataEntry
-	nil,                            // 48: agenthost.store.v1.OpenRequest.ConfigEntry
-	(*timestamppb.Timestamp)(nil),  // 49: google.protobuf.Timestamp
+	(*Ask)(nil),                    // 7: agenthost.store.v1.Ask
+	(*Answer)(nil),                 // 8: agenthost.store.v1.Answer
+	(*Step)(nil),                   // 9: agenthost.store.v1.Step
+	(*StepBatch)(nil),              // 10: agenthost.store.v1.StepBatch
+	(*OpenRequest)(nil),            // 11: agenthost.store.v1.OpenRequest
+	(*OpenResponse)(nil),           // 12: agenthost.store.v1.OpenResponse
+	(*InfoRequest)(nil),            // 13: agenthost.store.v1.InfoRequest
+	(*InfoResponse)(nil),           // 14: agenthost.store.v1.InfoResponse
+	(*LoadThreadRequest)(nil),      // 15: agenthost.store.v1.LoadThreadRequest
+	(*LoadThreadResponse)(nil),     // 16: agenthost.store.v1.LoadThreadResponse
+	(*CommitRequest)(nil),          // 17: agenthost.store.v1.CommitRequest
+	(*CommitResponse)(nil),         // 18: agenthost.store.v1.CommitResponse
+	(*CommitManyRequest)(nil),      // 19: agenthost.store.v1.CommitManyRequest
+	(*CommitManyResponse)(nil),     // 20: agenthost.store.v1.CommitManyResponse
+	(*CommitResult)(nil),           // 21: agenthost.store.v1.CommitResult
+	(*GetRunsRequest)(nil),         // 22: agenthost.store.v1.GetRunsRequest
+	(*GetRunsResponse)(nil),        // 23: agenthost.store.v1.GetRunsResponse
+	(*GetIdempotencyRequest)(nil),  // 24: agenthost.store.v1.GetIdempotencyRequest
+	(*GetIdempotencyResponse)(nil), // 25: agenthost.store.v1.GetIdempotencyResponse
+	(*ReadHistoryRequest)(nil),     // 26: agenthost.store.v1.ReadHistoryRequest
+	(*ReadHistoryResponse)(nil),    // 27: agenthost.store.v1.ReadHistoryResponse
+	(*ListRunsRequest)(nil),        // 28: agenthost.store.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),       // 29: agenthost.store.v1.ListRunsResponse
+	(*CloseRequest)(nil),           // 30: agenthost.store.v1.CloseRequest
+	(*CloseResponse)(nil),          // 31: agenthost.store.v1.CloseResponse
+	(*CommitStepsRequest)(nil),     // 32: agenthost.store.v1.CommitStepsRequest
+	(*CommitStepsResponse)(nil),    // 33: agenthost.store.v1.CommitStepsResponse
+	(*ReadStepsRequest)(nil),       // 34: agenthost.store.v1.ReadStepsRequest
+	(*ReadStepsResponse)(nil),      // 35: agenthost.store.v1.ReadStepsResponse
+	(*ListThreadsRequest)(nil),     // 36: agenthost.store.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),    // 37: agenthost.store.v1.ListThreadsResponse
+	(*Lease)(nil),                  // 38: agenthost.store.v1.Lease
+	(*AcquireLeaseRequest)(nil),    // 39: agenthost.store.v1.AcquireLeaseRequest
+	(*RenewLeaseRequest)(nil),      // 40: agenthost.store.v1.RenewLeaseRequest
+	(*LeaseResponse)(nil),          // 41: agenthost.store.v1.LeaseResponse
+	(*ReleaseLeaseRequest)(nil),    // 42: agenthost.store.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),   // 43: agenthost.store.v1.ReleaseLeaseResponse
+	(*LeasesRequest)(nil),          // 44: agenthost.store.v1.LeasesRequest
+	(*LeasesResponse)(nil),         // 45: agenthost.store.v1.LeasesResponse
+	(*Notice)(nil),                 // 46: agenthost.store.v1.Notice
+	(*NotifyResponse)(nil),         // 47: agenthost.store.v1.NotifyResponse
+	(*WatchRequest)(nil),           // 48: agenthost.store.v1.WatchRequest
+	nil,                            // 49: agenthost.store.v1.Message.MetadataEntry
+	nil,                            // 50: agenthost.store.v1.OpenRequest.ConfigEntry
+	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
 }
 var file_store_proto_depIdxs = []int32{
-	49, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	49, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	49, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	49, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
+	51, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	51, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	51, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agenthost.store.v1.Message.tool_calls:type_name -> agenthost.store.v1.ToolCall
-	47, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
-	49, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	49, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
+	49, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
+	51, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	51, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: agenthost.store.v1.Batch.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 9: agenthost.store.v1.Batch.runs:type_name -> agenthost.store.v1.Run
 	3,  // 10: agenthost.store.v1.Batch.messages:type_name -> agenthost.store.v1.Message
 	4,  // 11: agenthost.store.v1.Batch.idempotency:type_name -> agenthost.store.v1.Idempotency
-	7,  // 12: agenthost.store.v1.Batch.steps:type_name -> agenthost.store.v1.Step
-	3,  // 13: agenthost.store.v1.Step.message:type_name -> agenthost.store.v1.Message
-	6,  // 14: agenthost.store.v1.Step.taken:type_name -> agenthost.store.v1.Take
-	49, // 15: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 16: agenthost.store.v1.StepBatch.steps:type_name -> agenthost.store.v1.Step
-	48, // 17: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
-	0,  // 18: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
-	1,  // 19: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
-	5,  // 20: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
-	5,  // 21: agenthost.store.v1.CommitManyRequest.batches:type_name -> agenthost.store.v1.Batch
-	19, // 22: agenthost.store.v1.CommitManyResponse.results:type_name -> agenthost.store.v1.CommitResult
-	1,  // 23: agenthost.store.v1.GetRunsResponse.runs:type_name -> agenthost.store.v1.Run
-	4,  // 24: agenthost.store.v1.GetIdempotencyResponse.record:type_name -> agenthost.store.v1.Idempotency
-	3,  // 25: agenthost.store.v1.ReadHistoryResponse.messages:type_name -> agenthost.store.v1.Message
-	1,  // 26: agenthost.store.v1.ListRunsResponse.runs:type_name -> agenthost.store.v1.Run
-	8,  // 27: agenthost.store.v1.CommitStepsRequest.batch:type_name -> agenthost.store.v1.StepBatch
-	7,  // 28: agenthost.store.v1.ReadStepsResponse.steps:type_name -> agenthost.store.v1.Step
-	0,  // 29: agenthost.store.v1.ListThreadsResponse.threads:type_name -> agenthost.store.v1.Thread
-	49, // 30: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
-	49, // 31: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
-	36, // 32: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
-	36, // 33: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
-	9,  // 34: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
-	11, // 35: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
-	13, // 36: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
-	15, // 37: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
-	17, // 38: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
-	20, // 39: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
-	22, // 40: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
-	24, // 41: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
-	26, // 42: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
-	28, // 43: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
-	37, // 44: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
-	38, // 45: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
-	40, // 46: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
-	42, // 47: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
-	44, // 48: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
-	46, // 49: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
-	30, // 50: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
-	32, // 51: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
-	34, // 52: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
-	10, // 53: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	12, // 54: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	14, // 55: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	16, // 56: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	18, // 57: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
-	21, // 58: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	23, // 59: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	25, // 60: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	27, // 61: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	29, // 62: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	39, // 63: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
-	39, // 64: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
-	41, // 65: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
-	43, // 66: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
-	45, // 67: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
-	44, // 68: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
-	31, // 69: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
-	33, // 70: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
-	35, // 71: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
-	53, // [53:72] is the sub-list for method output_type
-	34, // [34:53] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	9,  // 12: agenthost.store.v1.Batch.steps:type_name -> agenthost.store.v1.Step
+	51, // 13: agenthost.store.v1.Ask.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 14: agenthost.store.v1.Step.message:type_name -> agenthost.store.v1.Message
+	6,  // 15: agenthost.store.v1.Step.taken:type_name -> agenthost.store.v1.Take
+	51, // 16: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 17: agenthost.store.v1.Step.ask:type_name -> agenthost.store.v1.Ask
+	8,  // 18: agenthost.store.v1.Step.answer:type_name -> agenthost.store.v1.Answer
+	9,  // 19: agenthost.store.v1.StepBatch.steps:type_name -> agenthost.store.v1.Step
+	50, // 20: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
+	0,  // 21: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
+	1,  // 22: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
+	5,  // 23: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
+	5,  // 24: agenthost.store.v1.CommitManyRequest.batches:type_name -> agenthost.store.v1.Batch
+	21, // 25: agenthost.store.v1.CommitManyResponse.results:type_name -> agenthost.store.v1.CommitResult
+	1,  // 26: agenthost.store.v1.GetRunsResponse.runs:type_name -> agenthost.store.v1.Run
+	4,  // 27: agenthost.store.v1.GetIdempotencyResponse.record:type_name -> agenthost.store.v1.Idempotency
+	3,  // 28: agenthost.store.v1.ReadHistoryResponse.messages:type_name -> agenthost.store.v1.Message
+	1,  // 29: agenthost.store.v1.ListRunsResponse.runs:type_name -> agenthost.store.v1.Run
+	10, // 30: agenthost.store.v1.CommitStepsRequest.batch:type_name -> agenthost.store.v1.StepBatch
+	9,  // 31: agenthost.store.v1.ReadStepsResponse.steps:type_name -> agenthost.store.v1.Step
+	0,  // 32: agenthost.store.v1.ListThreadsResponse.threads:type_name -> agenthost.store.v1.Thread
+	51, // 33: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
+	51, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
+	38, // 35: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
+	38, // 36: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
+	11, // 37: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
+	13, // 38: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
+	15, // 39: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
+	17, // 40: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
+	19, // 41: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
+	22, // 42: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
+	24, // 43: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
+	26, // 44: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
+	28, // 45: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
+	30, // 46: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
+	39, // 47: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
+	40, // 48: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
+	42, // 49: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
+	44, // 50: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
+	46, // 51: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
+	48, // 52: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
+	32, // 53: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
+	34, // 54: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
+	36, // 55: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
+	12, // 56: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	14, // 57: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	16, // 58: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	18, // 59: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	20, // 60: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	23, // 61: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	25, // 62: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	27, // 63: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	29, // 64: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	31, // 65: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	41, // 66: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
+	41, // 67: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
+	43, // 68: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
+	45, // 69: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
+	47, // 70: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
+	46, // 71: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
+	33, // 72: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
+	35, // 73: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
+	37, // 74: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
+	56, // [56:75] is the sub-list for method output_type
+	37, // [37:56] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3150,7 +3368,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

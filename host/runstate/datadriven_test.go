@@ -21,6 +21,7 @@ type world struct {
 	runs    map[string]record.Run
 	msgs    []record.Message
 	idem    map[string]record.Idempotency // thread/key
+	steps   map[string][]record.Step      // by run
 	clock   time.Time
 	// stepsKept: the store keeps step records (`store steps=kept`); a file
 	// starts as over a store without them.
@@ -32,6 +33,7 @@ func newWorld() *world {
 		threads: map[string]record.Thread{},
 		runs:    map[string]record.Run{},
 		idem:    map[string]record.Idempotency{},
+		steps:   map[string][]record.Step{},
 		clock:   time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
 }
@@ -70,7 +72,13 @@ func (w *world) apply(e runstate.Effects) {
 	for _, k := range e.Idempotency {
 		w.idem[k.ThreadID+"/"+k.Key] = k
 	}
+	for _, st := range e.Steps {
+		w.steps[st.RunID] = append(w.steps[st.RunID], st)
+	}
 }
+
+// nextSeq is the next Seq of run's step log.
+func (w *world) nextSeq(run string) int64 { return int64(len(w.steps[run])) + 1 }
 
 func (w *world) threadRuns(thread string) []record.Run {
 	var out []record.Run
@@ -180,6 +188,37 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 		m = tk
+	case "wait":
+		// wait run=A calls=c1,c2 approvals=1 attempt=1 model=0
+		run := arg(d, "run", "")
+		wt := runstate.Wait{ThreadID: thread, RunID: run, Owner: arg(d, "owner", "h1"), Now: w.now()}
+		fmt.Sscan(arg(d, "attempt", "1"), &wt.Attempt)
+		approvals, model := 1, 0
+		fmt.Sscan(arg(d, "approvals", "1"), &approvals)
+		fmt.Sscan(arg(d, "model", "0"), &model)
+		seq := w.nextSeq(run)
+		for k, c := range strings.Split(arg(d, "calls", ""), ",") {
+			wt.Asks = append(wt.Asks, record.Step{ID: fmt.Sprintf("%s-s%d", run, seq+int64(k)), RunID: run, ThreadID: thread, Seq: seq + int64(k),
+				Attempt: wt.Attempt, Model: model, Kind: record.StepAsk, Ask: record.Ask{CallID: c, Tool: "tool-" + c, Approvals: approvals}})
+		}
+		m = wt
+	case "answer":
+		// answer run=A call=c1 action=approve key=k text=... args=...
+		run, call := arg(d, "run", ""), arg(d, "call", "")
+		an := runstate.Answer{ThreadID: thread, RunID: run, Seq: w.nextSeq(run), Now: w.now(),
+			Answer: record.Answer{CallID: call, Action: record.AnswerAction(arg(d, "action", "approve")), Key: arg(d, "key", ""),
+				Text: arg(d, "text", ""), Arguments: arg(d, "args", "")}}
+		an.StepID = fmt.Sprintf("%s-s%d", run, an.Seq)
+		for _, st := range w.steps[run] {
+			switch {
+			case st.Kind == record.StepAsk && st.Ask.CallID == call:
+				st := st
+				an.Ask = &st
+			case st.Kind == record.StepAnswer && st.Answer.CallID == call:
+				an.Prior = append(an.Prior, st)
+			}
+		}
+		m = an
 	case "commit":
 		c := runstate.CommitTerminal{
 			ThreadID: thread, RunID: arg(d, "run", ""), Owner: arg(d, "owner", "h1"),
@@ -226,7 +265,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	case "recover":
 		max := 3
 		fmt.Sscan(arg(d, "max", "3"), &max)
-		m = runstate.Recover{ThreadID: thread, RunID: arg(d, "run", ""), DeadOwner: arg(d, "dead", "h1"), MaxAttempts: max, Now: w.now()}
+		m = runstate.Recover{ThreadID: thread, RunID: arg(d, "run", ""), DeadOwner: arg(d, "dead", "h1"), MaxAttempts: max, NewOwner: arg(d, "by", ""), Now: w.now()}
 	case "cancel":
 		m = runstate.Cancel{ThreadID: thread, RunID: arg(d, "run", ""), Active: d.HasArg("active"), Now: w.now()}
 	case "state":
@@ -310,6 +349,19 @@ func fmtEffects(e runstate.Effects) string {
 	for _, d := range e.Dropped {
 		fmt.Fprintf(&b, "dropped: %s (%s)\n", d.RunID, d.Reason)
 	}
+	if a := e.Answered; a != nil {
+		fmt.Fprintf(&b, "answered: %s %s step=%s", a.Step.Answer.CallID, a.Step.Answer.Action, a.Step.ID)
+		if a.Duplicate {
+			b.WriteString(" duplicate")
+		}
+		if a.Decided {
+			b.WriteString(" decided")
+		}
+		if a.Resume {
+			b.WriteString(" resume")
+		}
+		b.WriteString("\n")
+	}
 	if len(e.Released) > 0 {
 		fmt.Fprintf(&b, "released: %s\n", strings.Join(e.Released, " "))
 	}
@@ -333,6 +385,21 @@ func fmtEffects(e runstate.Effects) string {
 		for _, tk := range st.Taken {
 			fmt.Fprintf(&b, " %s:[%s]", tk.RunID, strings.Join(tk.InputMessageIDs, " "))
 		}
+		if st.Kind == record.StepAsk {
+			fmt.Fprintf(&b, " call=%s approvals=%d", st.Ask.CallID, st.Ask.Approvals)
+		}
+		if a := st.Answer; st.Kind == record.StepAnswer {
+			fmt.Fprintf(&b, " call=%s %s", a.CallID, a.Action)
+			if a.Key != "" {
+				fmt.Fprintf(&b, " key=%s", a.Key)
+			}
+			if a.Text != "" {
+				fmt.Fprintf(&b, " %q", a.Text)
+			}
+			if a.Arguments != "" {
+				fmt.Fprintf(&b, " args=%s", a.Arguments)
+			}
+		}
 		b.WriteString("\n")
 	}
 	return b.String()
@@ -352,6 +419,9 @@ func fmtRun(r record.Run) string {
 	}
 	if r.TakenBy != "" {
 		s += " taken-by=" + r.TakenBy
+	}
+	if len(r.Pending) > 0 {
+		s += " pending=[" + strings.Join(r.Pending, " ") + "]"
 	}
 	if len(r.TranscriptIDs) > 0 {
 		s += " transcript=[" + strings.Join(r.TranscriptIDs, " ") + "]"

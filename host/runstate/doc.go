@@ -8,7 +8,8 @@
 // retrying on a version conflict. A test keeps I/O packages out of this
 // package for good.
 //
-// The mutations are Admit, Start, Take, CommitTerminal, Recover and Cancel.
+// The mutations are Admit, Start, Take, Wait, Answer, CommitTerminal,
+// Recover and Cancel.
 // Their rules, in short:
 //
 //   - Admit: a repeated idempotency key returns the earlier admission and
@@ -28,6 +29,15 @@
 //     behind the runs it took before, each run with exactly its inputs and
 //     not taken by another; the taken runs get TakenBy and a take step record
 //     is written with them. Invalid entries are refused, never fatal.
+//   - Wait: the active run's owner, at its attempt, records the tool calls
+//     the tool policy said ask for (StepAsk records, in the same commit)
+//     and lists them in the run's Pending: the run waits, still active.
+//   - Answer: anyone answers a call in an open run's Pending (a StepAnswer
+//     record in the same commit); the call leaves Pending once decided
+//     (reject, respond, edit, or its last needed approve). The same answer
+//     again (same key, or the deciding answer) is the recorded one; another
+//     answer to a decided call is ErrAnswered; a call not pending in an
+//     open run is ErrNotWaiting; an unknown call ErrCallNotFound.
 //   - CommitTerminal: only the active run's owner may end it. Only a completed
 //     run may absorb. Each absorb entry must name the next queued run with
 //     exactly the inputs it holds, not taken by another run, and, over a
@@ -39,7 +49,8 @@
 //     cleared): every run it took, when it does not complete.
 //   - Recover: an active run whose owner is gone is queued again with
 //     attempt+1, keeping its takes, or fails once it has used its attempts,
-//     releasing them.
+//     releasing them; a waiting run (with NewOwner) stays active and waiting
+//     under the new owner, attempt+1, whatever its attempts.
 //   - Cancel: an operator ends a queued or active run (interrupted/canceled),
 //     releasing what it took; a queued run whose inputs are taken is refused
 //     (ErrTaken, naming the taker).

@@ -1,6 +1,10 @@
 package runstate
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/agenthost/agenthost/abi/record"
+)
 
 // The reducer's errors. Each is returned wrapped with detail; test for them
 // with errors.Is. When Reduce returns an error, its Effects are empty.
@@ -34,7 +38,30 @@ var (
 	// ErrTaken: the queued run's inputs were taken by the active run (Take);
 	// it cannot be canceled on its own. The error is a *TakenError.
 	ErrTaken = errors.New("run's inputs are taken by the active run")
+	// ErrNotWaiting: the run waits for no answer to the call (it ended, or
+	// never asked for one).
+	ErrNotWaiting = errors.New("run is not waiting for this call")
+	// ErrCallNotFound: the run never asked about the call.
+	ErrCallNotFound = errors.New("no such pending tool call")
+	// ErrAnswered: the call was answered otherwise (or the key was used
+	// for another answer). The error is an *AnsweredError.
+	ErrAnswered = errors.New("tool call already answered")
 )
+
+// AnsweredError is an answer refused because the call was decided by
+// another answer (or its key was used for another): Recorded is that one.
+type AnsweredError struct {
+	CallID   string
+	Recorded record.Answer
+	Reason   string
+}
+
+func (e *AnsweredError) Error() string {
+	return "tool call " + e.CallID + " " + e.Reason + " (recorded: " + string(e.Recorded.Action) + ")"
+}
+
+// Is makes errors.Is(err, ErrAnswered) hold.
+func (e *AnsweredError) Is(target error) bool { return target == ErrAnswered }
 
 // TakenError is a Cancel refused because the run's inputs were taken: it
 // names the run that took them, the one to cancel instead.

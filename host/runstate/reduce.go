@@ -29,6 +29,10 @@ func Reduce(s Snapshot, m Mutation) (Effects, error) {
 		return start(s, m)
 	case Take:
 		return take(s, m)
+	case Wait:
+		return wait(s, m)
+	case Answer:
+		return answer(s, m)
 	case CommitTerminal:
 		return commitTerminal(s, m)
 	case Recover:
@@ -338,10 +342,14 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 		return Effects{}, err
 	}
 
+	if m.Reason == record.ReasonCompleted && len(s.Open[i].Pending) > 0 {
+		return Effects{}, fmt.Errorf("%w: run %s completes with %d tool calls waiting for an answer", ErrInvalid, m.RunID, len(s.Open[i].Pending))
+	}
 	t := next(s)
 	run := cloneRun(s.Open[i])
 	run.State = state
 	run.TerminalReason = m.Reason
+	run.Pending = nil
 	run.Error = m.Error
 	run.EndSeq = t.Version
 	run.EndedAt = m.Now
@@ -559,10 +567,21 @@ func recoverRun(s Snapshot, m Recover) (Effects, error) {
 		return Effects{}, fmt.Errorf("%w: run %s is owned by %q, not the gone owner %q", ErrNotOwner, run.ID, run.Owner, m.DeadOwner)
 	}
 	t := next(s)
+	if len(run.Pending) > 0 && m.NewOwner != "" {
+		if err := checkID("owner", m.NewOwner); err != nil {
+			return Effects{}, err
+		}
+		run.Owner = m.NewOwner
+		run.Attempt++
+		run.StartedAt = m.Now
+		t.UpdatedAt = m.Now
+		return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
+	}
 	if run.Attempt >= m.MaxAttempts {
 		run.State = record.StateFailed
 		run.TerminalReason = record.ReasonFailed
 		run.Error = fmt.Sprintf("abandoned after %d attempts: its host stopped each time before it ended", run.Attempt)
+		run.Pending = nil
 		run.EndSeq = t.Version
 		run.EndedAt = m.Now
 		t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })
@@ -606,6 +625,7 @@ func cancel(s Snapshot, m Cancel) (Effects, error) {
 	t := next(s)
 	run.State = record.StateInterrupted
 	run.TerminalReason = record.ReasonCanceled
+	run.Pending = nil
 	run.EndSeq = t.Version
 	run.EndedAt = m.Now
 	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return id == run.ID })

@@ -60,7 +60,8 @@ type Decision struct {
 	CoalescePending bool
 }
 
-// Mutation is one of Admit, Start, Take, CommitTerminal, Recover or Cancel.
+// Mutation is one of Admit, Start, Take, Wait, Answer, CommitTerminal,
+// Recover or Cancel.
 type Mutation interface{ mutation() }
 
 // Admit admits a submission.
@@ -164,7 +165,13 @@ type Recover struct {
 	DeadOwner string
 	// MaxAttempts bounds executions: a run that has had this many fails.
 	MaxAttempts int
-	Now         time.Time
+	// NewOwner, when set, takes over a waiting run (active, with calls
+	// Pending) instead: it stays active, owned by NewOwner, with attempt+1
+	// (so its former owner's commits are refused), and MaxAttempts does
+	// not apply: a waiting run does no work its host's end could be
+	// blamed on. Without it a waiting run is queued again like any other.
+	NewOwner string
+	Now      time.Time
 }
 
 // Cancel ends a queued run, or with Active an active one, at an operator's
@@ -179,6 +186,51 @@ type Cancel struct {
 	Now    time.Time
 }
 
+// Wait records that the active run's model step asked for tool calls the
+// tool policy said ask for: each is a StepAsk step record (Asks, with their
+// ids, Seq consecutive from the next of the run's log, and Model set), and
+// the run's Pending lists their call ids. The run must be active under
+// Owner at Attempt and not waiting already. The thread's version moves, so
+// an answer, an admission and a cancel serialize with it.
+type Wait struct {
+	ThreadID string
+	RunID    string
+	Owner    string
+	Attempt  int
+	Asks     []record.Step
+	Now      time.Time
+}
+
+// Answer records one answer to a pending call of a waiting run (any host
+// may commit it: it is not fenced by the run's owner). The run must be
+// open with CallID in its Pending; the Answer step record (Seq: the next
+// of the run's log) goes in the same commit. The call leaves Pending when
+// it is decided: by reject, respond or edit, or by its Ask.Approvals-th
+// approve (approvals count by distinct key). Pending empty, the run
+// resumes (AnswerResult.Resume).
+//
+// The caller reads the run's step log and passes the call's Ask and the
+// answers given to it before (Prior), in order: the reducer judges
+// repetition and counting from them. An answer whose Key a prior answer
+// has is a duplicate: the same answer again returns the recorded one and
+// writes nothing; another is ErrAnswered. So is any answer to a call that
+// is decided already, unless it repeats the deciding answer.
+type Answer struct {
+	ThreadID string
+	RunID    string
+	Answer   record.Answer
+	// Ask is the call's StepAsk record; Prior the call's StepAnswer
+	// records, in log order.
+	Ask   *record.Step
+	Prior []record.Step
+	// StepID and Seq are the answer's step record's.
+	StepID string
+	Seq    int64
+	Now    time.Time
+}
+
+func (Wait) mutation()           {}
+func (Answer) mutation()         {}
 func (Admit) mutation()          {}
 func (Start) mutation()          {}
 func (Take) mutation()           {}
@@ -221,6 +273,8 @@ type Effects struct {
 	// Dropped lists the absorb entries a CommitTerminal dropped, or the
 	// entries a Take refused.
 	Dropped []DroppedAbsorb
+	// Answered describes the outcome of an Answer.
+	Answered *AnswerResult
 	// Released lists the queued runs whose TakenBy this mutation cleared:
 	// their taker ended without completing (or completed without absorbing
 	// them), and they are ordinary queued runs again.
@@ -250,6 +304,20 @@ type Admission struct {
 	Offer bool
 	// ActiveRunID is the thread's active run at admission, if any.
 	ActiveRunID string
+}
+
+// AnswerResult is the outcome of an Answer.
+type AnswerResult struct {
+	// Step is the answer's step record: the one written, or for a
+	// duplicate the one recorded before.
+	Step record.Step
+	// Duplicate: the answer was given before with the same key; nothing
+	// was written.
+	Duplicate bool
+	// Decided: the call left Pending (it runs, or gets its result, when
+	// the run resumes). Resume: no call is pending any more.
+	Decided bool
+	Resume  bool
 }
 
 // DroppedAbsorb is an absorb entry that no longer held at commit time.

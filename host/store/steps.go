@@ -168,3 +168,65 @@ func (s *Store) Take(ctx context.Context, run record.Run, entries []record.Take,
 	}
 	return res, nil
 }
+
+// Wait records, through the normal commit path, that run (active under
+// run.Owner, at run.Attempt) waits for answers to the calls of asks, its
+// StepAsk records (see runstate.Wait). It returns the run as committed.
+func (s *Store) Wait(ctx context.Context, run record.Run, asks []record.Step) (record.Run, error) {
+	if s.steps == nil {
+		return record.Run{}, ErrNoSteps
+	}
+	eff, err := s.reduce(ctx, run.ThreadID, s.opt.Fence(run.Owner), func() runstate.Mutation {
+		return runstate.Wait{ThreadID: run.ThreadID, RunID: run.ID, Owner: run.Owner, Attempt: run.Attempt, Asks: asks, Now: s.opt.Now()}
+	})
+	if err != nil {
+		return record.Run{}, err
+	}
+	return *eff.Run, nil
+}
+
+// Answer commits answer a to the pending call a.CallID of run runID (see
+// runstate.Answer), reading the run's step log for the call's ask and
+// earlier answers at every attempt. Any host may commit it: it is not
+// fenced. It returns the run as it is after the answer and the outcome.
+func (s *Store) Answer(ctx context.Context, runID string, a record.Answer) (record.Run, runstate.AnswerResult, error) {
+	if s.steps == nil {
+		return record.Run{}, runstate.AnswerResult{}, ErrNoSteps
+	}
+	run, err := s.GetRun(ctx, runID)
+	if err != nil {
+		return record.Run{}, runstate.AnswerResult{}, err
+	}
+	stepID := s.opt.NewID("step")
+	eff, err := s.apply(ctx, run.ThreadID, "", unfenced, true, func(snap runstate.Snapshot, _ bool) (runstate.Effects, error) {
+		// Read after the snapshot: an answer committed since moves the
+		// thread's version, so this commit conflicts and is redone.
+		steps, err := s.ReadSteps(ctx, runID, 0, 0)
+		if err != nil {
+			return runstate.Effects{}, fmt.Errorf("reading run %s's steps: %w", runID, err)
+		}
+		m := runstate.Answer{ThreadID: run.ThreadID, RunID: runID, Answer: a, StepID: stepID, Seq: int64(len(steps)) + 1, Now: s.opt.Now()}
+		for _, st := range steps {
+			switch {
+			case st.Kind == record.StepAsk && st.Ask.CallID == a.CallID:
+				ask := st
+				m.Ask = &ask
+			case st.Kind == record.StepAnswer && st.Answer.CallID == a.CallID:
+				m.Prior = append(m.Prior, st)
+			}
+		}
+		if len(steps) > 0 {
+			m.Seq = steps[len(steps)-1].Seq + 1
+		}
+		return runstate.Reduce(snap, m)
+	})
+	if err != nil {
+		return record.Run{}, runstate.AnswerResult{}, err
+	}
+	res := *eff.Answered
+	if eff.Run != nil {
+		return *eff.Run, res, nil
+	}
+	run, err = s.GetRun(ctx, runID) // a duplicate answer to a run that has ended
+	return run, res, err
+}

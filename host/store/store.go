@@ -334,10 +334,11 @@ func (s *Store) CommitTerminal(ctx context.Context, m runstate.CommitTerminal) (
 
 // Recover returns run, found active under the gone owner deadOwner, to the
 // queue (or fails it once it has used its attempts), committing as the owner
-// by. A run that is queued is returned as it is.
+// by; a waiting run stays active and waiting, owned by by (see
+// runstate.Recover). A run that is queued is returned as it is.
 func (s *Store) Recover(ctx context.Context, run record.Run, deadOwner, by string) (record.Run, error) {
 	eff, err := s.reduce(ctx, run.ThreadID, s.opt.Fence(by), func() runstate.Mutation {
-		return runstate.Recover{ThreadID: run.ThreadID, RunID: run.ID, DeadOwner: deadOwner, MaxAttempts: s.opt.MaxAttempts, Now: s.opt.Now()}
+		return runstate.Recover{ThreadID: run.ThreadID, RunID: run.ID, DeadOwner: deadOwner, MaxAttempts: s.opt.MaxAttempts, NewOwner: by, Now: s.opt.Now()}
 	})
 	if err != nil {
 		return record.Run{}, err

@@ -54,7 +54,7 @@ func RunToProto(r record.Run) *storepb.Run {
 		InputMessageIds: r.InputMessageIDs, AssistantMessageId: r.AssistantMessageID, AnswerSeq: r.AnswerSeq,
 		AbsorbedIntoRunId: r.AbsorbedIntoRunID, Attempt: int64(r.Attempt), Owner: r.Owner, Error: r.Error,
 		EndSeq: r.EndSeq, CreatedAt: tsToProto(r.CreatedAt), StartedAt: tsToProto(r.StartedAt), EndedAt: tsToProto(r.EndedAt),
-		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs,
+		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs, Pending: r.Pending,
 	}
 }
 
@@ -68,7 +68,7 @@ func RunFromProto(p *storepb.Run) record.Run {
 		InputMessageIDs: p.InputMessageIds, AssistantMessageID: p.AssistantMessageId, AnswerSeq: p.AnswerSeq,
 		AbsorbedIntoRunID: p.AbsorbedIntoRunId, Attempt: int(p.Attempt), Owner: p.Owner, Error: p.Error,
 		EndSeq: p.EndSeq, CreatedAt: tsFromProto(p.CreatedAt), StartedAt: tsFromProto(p.StartedAt), EndedAt: tsFromProto(p.EndedAt),
-		TakenBy: p.TakenBy, TranscriptIDs: p.TranscriptIds,
+		TakenBy: p.TakenBy, TranscriptIDs: p.TranscriptIds, Pending: p.Pending,
 	}
 }
 
@@ -205,7 +205,7 @@ func StepToProto(s record.Step) *storepb.Step {
 		Id: s.ID, RunId: s.RunID, ThreadId: s.ThreadID, Seq: s.Seq, Attempt: int64(s.Attempt), Model: int64(s.Model),
 		Kind: string(s.Kind), CreatedAt: tsToProto(s.CreatedAt),
 	}
-	if s.Kind != record.StepTake || s.Message.ID != "" {
+	if s.Kind == record.StepModel || s.Kind == record.StepTool || s.Message.ID != "" {
 		p.Message = MessageToProto(s.Message)
 	}
 	if len(s.Taken) > 0 {
@@ -213,6 +213,15 @@ func StepToProto(s record.Step) *storepb.Step {
 		for i, t := range s.Taken {
 			p.Taken[i] = &storepb.Take{RunId: t.RunID, InputMessageIds: t.InputMessageIDs}
 		}
+	}
+	if s.Ask != (record.Ask{}) {
+		a := s.Ask
+		p.Ask = &storepb.Ask{CallId: a.CallID, Tool: a.Tool, Server: a.Server, Arguments: a.Arguments, Prompt: a.Prompt,
+			Approvals: int64(a.Approvals), Deadline: tsToProto(a.Deadline)}
+	}
+	if s.Answer != (record.Answer{}) {
+		a := s.Answer
+		p.Answer = &storepb.Answer{CallId: a.CallID, Action: string(a.Action), Arguments: a.Arguments, Text: a.Text, Key: a.Key}
 	}
 	return p
 }
@@ -231,6 +240,13 @@ func StepFromProto(p *storepb.Step) record.Step {
 		for i, t := range p.Taken {
 			s.Taken[i] = record.Take{RunID: t.GetRunId(), InputMessageIDs: t.GetInputMessageIds()}
 		}
+	}
+	if a := p.Ask; a != nil {
+		s.Ask = record.Ask{CallID: a.CallId, Tool: a.Tool, Server: a.Server, Arguments: a.Arguments, Prompt: a.Prompt,
+			Approvals: int(a.Approvals), Deadline: tsFromProto(a.Deadline)}
+	}
+	if a := p.Answer; a != nil {
+		s.Answer = record.Answer{CallID: a.CallId, Action: record.AnswerAction(a.Action), Arguments: a.Arguments, Text: a.Text, Key: a.Key}
 	}
 	return s
 }

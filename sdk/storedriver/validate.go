@@ -150,6 +150,9 @@ func validateStep(s record.Step) error {
 	case !s.Kind.Valid():
 		return fmt.Errorf("%w: step %s has unknown kind %q", driver.ErrInvalidArgument, s.ID, s.Kind)
 	}
+	if s.Kind != record.StepAsk && s.Ask != (record.Ask{}) || s.Kind != record.StepAnswer && s.Answer != (record.Answer{}) {
+		return fmt.Errorf("%w: %s step %s holds an ask or an answer: only those kinds do", driver.ErrInvalidArgument, s.Kind, s.ID)
+	}
 	switch s.Kind {
 	case record.StepModel, record.StepTool:
 		if s.Message.ID == "" {
@@ -157,6 +160,14 @@ func validateStep(s record.Step) error {
 		}
 		if len(s.Taken) > 0 {
 			return fmt.Errorf("%w: %s step %s takes inputs: only a take step does", driver.ErrInvalidArgument, s.Kind, s.ID)
+		}
+	case record.StepAsk:
+		if s.Ask.CallID == "" || s.Ask.Tool == "" {
+			return fmt.Errorf("%w: ask step %s names no call or no tool", driver.ErrInvalidArgument, s.ID)
+		}
+	case record.StepAnswer:
+		if s.Answer.CallID == "" || !s.Answer.Action.Valid() {
+			return fmt.Errorf("%w: answer step %s names no call or has action %q", driver.ErrInvalidArgument, s.ID, s.Answer.Action)
 		}
 	case record.StepTake:
 		if len(s.Taken) == 0 {
