@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/host/toolpolicy"
 )
 
 // Config configures a Runtime.
@@ -33,6 +34,18 @@ type Config struct {
 	Model model.Model
 	// Tools the model may call.
 	Tools []model.Tool
+	// ToolPolicy, when set, decides each tool call before it is made:
+	// allow runs it, deny gives the model the policy's message as its
+	// result, ask makes the run wait for a person's answer (Answer). It
+	// needs a store that keeps step records. Nil: every call runs.
+	ToolPolicy ToolPolicy
+	// ToolPolicyFallback is the decision when ToolPolicy fails and offers
+	// no fallback of its own. Default: ask.
+	ToolPolicyFallback *ToolDecision
+	// ApprovalTimeout is how long a call the tool policy asked about waits
+	// for an answer; past it the call is rejected (the model is told no
+	// answer came). Default DefaultApprovalTimeout (24h).
+	ApprovalTimeout time.Duration
 	// ToolTimeout bounds each tool call of a tool that sets no limit of its
 	// own (model.TimeLimited). Default DefaultToolTimeout.
 	ToolTimeout time.Duration
@@ -94,6 +107,7 @@ type Runtime struct {
 	log       *slog.Logger
 	events    *eventLog
 	stats     counters
+	waits     waitTimers // deadlines of the waiting runs this host owns
 
 	baseCtx    context.Context // canceled when Close gives up waiting
 	abandonAll context.CancelFunc
@@ -129,6 +143,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.ToolTimeout <= 0 {
 		cfg.ToolTimeout = DefaultToolTimeout
+	}
+	if cfg.ApprovalTimeout <= 0 {
+		cfg.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if cfg.ToolPolicyFallback == nil {
+		fb := ToolDecision{Verdict: toolpolicy.Ask, Approvals: 1, Prompt: "The tool policy failed to decide this call; approve it?"}
+		cfg.ToolPolicyFallback = &fb
+	} else if err := cfg.ToolPolicyFallback.Check(); err != nil {
+		return nil, fmt.Errorf("host: tool policy fallback: %w", err)
 	}
 	if cfg.MaxConcurrentRuns <= 0 {
 		cfg.MaxConcurrentRuns = 64
@@ -187,6 +210,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		Fence: rt.lease.fence, OwnerLive: rt.lease.isLive, MayTake: rt.mayTake,
 		OwnEpoch: rt.lease.epoch.Load,
 	})
+	if !rt.st.StepsKept() && cfg.ToolPolicy != nil {
+		_ = rt.lease.release()
+		return nil, fmt.Errorf("host: a tool policy needs a store that keeps step records (a run that waits for approval is its steps), and driver %s speaks store protocol %d, which keeps none: upgrade the driver or remove the tool policy", info.Name, info.ProtocolVersion)
+	}
 	if !rt.st.StepsKept() {
 		rt.log.Warn("the store driver keeps no step records: a recovered run restarts from its first step, and injection takes nothing",
 			"driver", info.Name, "protocol", info.ProtocolVersion)
@@ -620,6 +647,12 @@ type counters struct {
 	noticesReceived  atomic.Int64
 	handedBack       atomic.Int64 // threads given up to their home (ADR 0143)
 	waitNotices      atomic.Int64 // waits that asked a run's host to tell them
+	toolDecisions    labeled      // by verdict
+	toolPolicyFails  atomic.Int64
+	answers          labeled // by action
+	approvalTimeouts atomic.Int64
+	waiting          atomic.Int64 // runs that went waiting
+	resumed          atomic.Int64 // waiting runs executed again
 }
 
 type labeled struct {
@@ -678,6 +711,16 @@ type Stats struct {
 	// other hosts that asked the run's host to tell this one when it ends.
 	HandedBack  int64
 	WaitNotices int64
+	// The tool policy: its decisions by verdict, its failures (answered
+	// by the fallback), the answers given to asked calls by action, the
+	// calls rejected by the approval time limit, the runs that went
+	// waiting and those executed again after their answers.
+	ToolDecisions      map[string]int64
+	ToolPolicyFailures int64
+	Answers            map[string]int64
+	ApprovalTimeouts   int64
+	Waits              int64
+	Resumes            int64
 }
 
 // Stats returns the runtime's counters.
@@ -701,5 +744,12 @@ func (rt *Runtime) Stats() Stats {
 		NoticesReceived:  rt.stats.noticesReceived.Load(),
 		HandedBack:       rt.stats.handedBack.Load(),
 		WaitNotices:      rt.stats.waitNotices.Load(),
+
+		ToolDecisions:      rt.stats.toolDecisions.snapshot(),
+		ToolPolicyFailures: rt.stats.toolPolicyFails.Load(),
+		Answers:            rt.stats.answers.snapshot(),
+		ApprovalTimeouts:   rt.stats.approvalTimeouts.Load(),
+		Waits:              rt.stats.waiting.Load(),
+		Resumes:            rt.stats.resumed.Load(),
 	}
 }

@@ -95,6 +95,7 @@ var routes = []struct {
 	{"GET /v1/runs/{run_id}/events", (*Handler).events},
 	{"GET /v1/runs/{run_id}/steps", (*Handler).steps},
 	{"POST /v1/runs/{run_id}/cancel", (*Handler).cancel},
+	{"POST /v1/runs/{run_id}/approvals/{call_id}", (*Handler).approve},
 	{"GET /healthz", (*Handler).healthz},
 	{"GET /metrics", (*Handler).metrics},
 	{"GET /readyz", (*Handler).readyz},
@@ -282,6 +283,8 @@ type Problem struct {
 	// TakenBy is set with code taken: the active run that took the
 	// canceled run's inputs.
 	TakenBy string `json:"taken_by,omitempty"`
+	// Recorded is set with code answered: the answer the call has.
+	Recorded *ApprovalAnswer `json:"recorded,omitempty"`
 }
 
 func problem(w http.ResponseWriter, status int, code, detail string) {
@@ -299,7 +302,13 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var mbe *http.MaxBytesError
 	var te *host.TakenError
+	var ae *host.AnsweredError
 	switch {
+	case errors.As(err, &ae):
+		rec := toApprovalAnswer(record.Step{Answer: ae.Recorded})
+		writeProblem(w, Problem{Status: http.StatusConflict, Code: "answered", Detail: err.Error(), Recorded: &rec})
+	case errors.Is(err, host.ErrNotWaiting):
+		problem(w, http.StatusConflict, "not_waiting", err.Error())
 	case errors.As(err, &te):
 		writeProblem(w, Problem{Status: http.StatusConflict, Code: "taken", Detail: err.Error(), TakenBy: te.TakenBy})
 	case errors.As(err, &mbe), errors.Is(err, host.ErrTooLarge):
@@ -407,21 +416,26 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 
 // Run is a run record on the wire.
 type Run struct {
-	ID                 string     `json:"id"`
-	ThreadID           string     `json:"thread_id"`
-	Seq                int64      `json:"seq"`
-	State              string     `json:"state"`
-	TerminalReason     string     `json:"terminal_reason,omitempty"`
-	InputMessageIDs    []string   `json:"input_message_ids"`
-	AssistantMessageID string     `json:"assistant_message_id"`
-	AbsorbedIntoRunID  string     `json:"absorbed_into_run_id,omitempty"`
-	TakenBy            string     `json:"taken_by,omitempty"`
-	TranscriptIDs      []string   `json:"transcript_ids,omitempty"`
-	Attempt            int        `json:"attempt"`
-	Error              string     `json:"error,omitempty"`
-	CreatedAt          time.Time  `json:"created_at"`
-	StartedAt          *time.Time `json:"started_at,omitempty"`
-	EndedAt            *time.Time `json:"ended_at,omitempty"`
+	ID                 string   `json:"id"`
+	ThreadID           string   `json:"thread_id"`
+	Seq                int64    `json:"seq"`
+	State              string   `json:"state"`
+	TerminalReason     string   `json:"terminal_reason,omitempty"`
+	InputMessageIDs    []string `json:"input_message_ids"`
+	AssistantMessageID string   `json:"assistant_message_id"`
+	AbsorbedIntoRunID  string   `json:"absorbed_into_run_id,omitempty"`
+	TakenBy            string   `json:"taken_by,omitempty"`
+	TranscriptIDs      []string `json:"transcript_ids,omitempty"`
+	Attempt            int      `json:"attempt"`
+	// PendingCallIDs: the tool calls a waiting run waits on (state
+	// waiting); PendingApprovals describes them, on the routes that
+	// return one run.
+	PendingCallIDs   []string          `json:"pending_call_ids,omitempty"`
+	PendingApprovals []PendingApproval `json:"pending_approvals,omitempty"`
+	Error            string            `json:"error,omitempty"`
+	CreatedAt        time.Time         `json:"created_at"`
+	StartedAt        *time.Time        `json:"started_at,omitempty"`
+	EndedAt          *time.Time        `json:"ended_at,omitempty"`
 }
 
 func toRun(r record.Run) Run {
@@ -431,8 +445,12 @@ func toRun(r record.Run) Run {
 		}
 		return &t
 	}
+	state := string(r.State)
+	if host.Waiting(r) {
+		state = StateWaiting
+	}
 	return Run{
-		ID: r.ID, ThreadID: r.ThreadID, Seq: r.Seq, State: string(r.State), TerminalReason: string(r.TerminalReason),
+		ID: r.ID, ThreadID: r.ThreadID, Seq: r.Seq, State: state, TerminalReason: string(r.TerminalReason), PendingCallIDs: r.Pending,
 		InputMessageIDs: r.InputMessageIDs, AssistantMessageID: r.AssistantMessageID, AbsorbedIntoRunID: r.AbsorbedIntoRunID,
 		TakenBy: r.TakenBy, TranscriptIDs: r.TranscriptIDs,
 		Attempt: r.Attempt, Error: r.Error, CreatedAt: r.CreatedAt, StartedAt: opt(r.StartedAt), EndedAt: opt(r.EndedAt),
@@ -444,12 +462,25 @@ func (h *Handler) getRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	run, err := h.rt.Run(r.Context(), id)
+	out, err := h.fullRun(r.Context(), id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toRun(run))
+	writeJSON(w, http.StatusOK, out)
+}
+
+// fullRun is a run with its pending approvals.
+func (h *Handler) fullRun(ctx context.Context, id string) (Run, error) {
+	pend, run, err := h.rt.PendingApprovals(ctx, id)
+	if err != nil {
+		return Run{}, err
+	}
+	out := toRun(run)
+	for _, p := range pend {
+		out.PendingApprovals = append(out.PendingApprovals, toPendingApproval(p))
+	}
+	return out, nil
 }
 
 // Result is what answered a run.
@@ -728,15 +759,18 @@ func toMessage(m record.Message) Message {
 
 // Step is a step record on the wire.
 type Step struct {
-	ID        string    `json:"id"`
-	RunID     string    `json:"run_id"`
-	Seq       int64     `json:"seq"`
-	Attempt   int       `json:"attempt"`
-	ModelStep int       `json:"model_step"`
-	Kind      string    `json:"kind"`
-	Message   *Message  `json:"message,omitempty"`
-	Taken     []Take    `json:"taken,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string   `json:"id"`
+	RunID     string   `json:"run_id"`
+	Seq       int64    `json:"seq"`
+	Attempt   int      `json:"attempt"`
+	ModelStep int      `json:"model_step"`
+	Kind      string   `json:"kind"`
+	Message   *Message `json:"message,omitempty"`
+	Taken     []Take   `json:"taken,omitempty"`
+	// Ask is set on an ask step (Approved 0), Answer on an answer step.
+	Ask       *PendingApproval `json:"ask,omitempty"`
+	Answer    *ApprovalAnswer  `json:"answer,omitempty"`
+	CreatedAt time.Time        `json:"created_at"`
 }
 
 // Take is what a take step took from one queued run.
@@ -792,6 +826,16 @@ func (h *Handler) steps(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, tk := range st.Taken {
 			out[i].Taken = append(out[i].Taken, Take{RunID: tk.RunID, InputMessageIDs: tk.InputMessageIDs})
+		}
+		switch st.Kind {
+		case record.StepAsk:
+			a := st.Ask
+			p := toPendingApproval(host.PendingApproval{CallID: a.CallID, Tool: a.Tool, Server: a.Server, Arguments: a.Arguments,
+				Prompt: a.Prompt, Approvals: a.Approvals, Step: st.Model, Deadline: a.Deadline})
+			out[i].Ask = &p
+		case record.StepAnswer:
+			a := toApprovalAnswer(st)
+			out[i].Answer = &a
 		}
 	}
 	body := map[string]any{"run_id": id, "steps": out}

@@ -1,0 +1,441 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/host/store"
+)
+
+// Runs that wait for a person (tool-call approval; docs/design.md#waiting
+// runs, ADR 0136).
+//
+// When the tool policy says ask for a call, the executor commits the
+// call's StepAsk record and the run's Pending list in one versioned commit
+// (runstate.Wait) and returns: the run stays active, its thread busy, but
+// nothing executes it. An answer (Runtime.Answer, from any host) is a
+// versioned commit too (runstate.Answer); the one that empties Pending
+// wakes the thread's owner, which executes the run again from its steps.
+
+// DefaultApprovalTimeout is how long a call waits for an answer when
+// Config.ApprovalTimeout is not set.
+const DefaultApprovalTimeout = 24 * time.Hour
+
+// The errors of Answer, besides ErrNotFound and ErrInvalid.
+var (
+	// ErrNotWaiting: the run is not waiting for an answer to the call (it
+	// ended, or it is past the call).
+	ErrNotWaiting = runstate.ErrNotWaiting
+	// ErrAnswered: the call was answered otherwise already, or the key was
+	// used for another answer. The error is an *AnsweredError.
+	ErrAnswered = runstate.ErrAnswered
+	// ErrCallNotFound: the run never asked about the call. It is also
+	// ErrNotFound.
+	ErrCallNotFound = runstate.ErrCallNotFound
+)
+
+// AnsweredError is the error of an answer refused with ErrAnswered; it
+// holds the recorded answer.
+type AnsweredError = runstate.AnsweredError
+
+// Approval is a person's answer to a tool call a run waits on.
+type Approval struct {
+	// Action is approve (run the call as asked), edit (run it with
+	// Arguments), reject (do not run it; the model sees Message as its
+	// result) or respond (do not run it; Message is the person's answer in
+	// the tool's place).
+	Action record.AnswerAction
+	// Arguments, with edit only, is the JSON object the call runs with.
+	Arguments string
+	// Message, with reject (optional: a text of the host's by default) or
+	// respond (required), is the tool result the model sees.
+	Message string
+	// Key is the answer's idempotency key: the same answer with the same
+	// key again returns the recorded one. Without a key an answer repeated
+	// is recognized only once it has decided the call, so a call that
+	// needs several approvals counts each keyless approve.
+	Key string
+}
+
+// DefaultRejectMessage is what the model sees of a call rejected without a
+// message.
+const DefaultRejectMessage = "The call was not run: a person rejected it."
+
+// MaxApprovalText bounds an answer's message and arguments.
+const MaxApprovalText = 1 << 20
+
+// answerRecord checks a and turns it into the answer to record.
+func (a Approval) answerRecord(callID string) (record.Answer, error) {
+	out := record.Answer{CallID: callID, Action: a.Action, Key: a.Key}
+	if err := validID("call id", callID); err != nil {
+		return out, err
+	}
+	if len(a.Key) > MaxKeyLen {
+		return out, fmt.Errorf("%w: idempotency key longer than %d bytes", ErrInvalid, MaxKeyLen)
+	}
+	if len(a.Arguments) > MaxApprovalText || len(a.Message) > MaxApprovalText {
+		return out, fmt.Errorf("%w: arguments or message longer than %d bytes", ErrInvalid, MaxApprovalText)
+	}
+	switch a.Action {
+	case record.AnswerApprove:
+		if a.Arguments != "" || a.Message != "" {
+			return out, fmt.Errorf("%w: approve takes no arguments and no message (edit changes the arguments, reject and respond take a message)", ErrInvalid)
+		}
+	case record.AnswerEdit:
+		if a.Message != "" {
+			return out, fmt.Errorf("%w: edit takes arguments, not a message", ErrInvalid)
+		}
+		args, err := canonicalObject(a.Arguments)
+		if err != nil {
+			return out, err
+		}
+		out.Arguments = args
+	case record.AnswerReject:
+		if a.Arguments != "" {
+			return out, fmt.Errorf("%w: reject takes a message, not arguments", ErrInvalid)
+		}
+		out.Text = a.Message
+		if strings.TrimSpace(out.Text) == "" {
+			out.Text = DefaultRejectMessage
+		}
+	case record.AnswerRespond:
+		if a.Arguments != "" {
+			return out, fmt.Errorf("%w: respond takes a message, not arguments", ErrInvalid)
+		}
+		if strings.TrimSpace(a.Message) == "" {
+			return out, fmt.Errorf("%w: respond needs a message: the answer the model sees in the tool's place", ErrInvalid)
+		}
+		out.Text = a.Message
+	default:
+		return out, fmt.Errorf("%w: unknown action %q: want approve, edit, reject or respond", ErrInvalid, a.Action)
+	}
+	return out, nil
+}
+
+// canonicalObject checks that s is one JSON object and returns it
+// compacted, so that the same edit sent twice compares equal.
+func canonicalObject(s string) (string, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("%w: edit's arguments must be a JSON object: %v", ErrInvalid, err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return "", fmt.Errorf("%w: edit's arguments must be a JSON object, not %s", ErrInvalid, jsonKind(v))
+	}
+	if dec.More() {
+		return "", fmt.Errorf("%w: edit's arguments hold more than one JSON value", ErrInvalid)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(strings.TrimSpace(s))); err != nil {
+		return "", fmt.Errorf("%w: edit's arguments: %v", ErrInvalid, err)
+	}
+	return b.String(), nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return "an object"
+}
+
+func validID(what, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, MaxIDLen)
+	}
+	return nil
+}
+
+// Answered is the outcome of Answer.
+type Answered struct {
+	// Run is the run as it is after the answer.
+	Run record.Run
+	// Step is the answer's step record (Kind record.StepAnswer; the answer
+	// in Step.Answer, its time Step.CreatedAt); for a repeated answer, the
+	// one recorded first.
+	Step record.Step
+	// Duplicate: the answer was given before (the same key, or the answer
+	// that decided the call); nothing new was recorded.
+	Duplicate bool
+	// Decided: this answer decided the call (it leaves the pending calls);
+	// an approve of a call that needs more approvals does not.
+	Decided bool
+	// Resumed: no call of the run is pending any more; its thread's owner
+	// executes it again.
+	Resumed bool
+}
+
+// Answer answers the pending tool call callID of run runID, which waits
+// for it: the answer is committed (a StepAnswer record; any host of a
+// shared store may commit it), and once no call of the run is pending any
+// more, the host that owns the run's thread executes the run again from
+// its steps.
+//
+// Errors: ErrNotFound (no such run, or the run never asked about callID:
+// then also ErrCallNotFound), ErrNotWaiting (the run ended, or does not
+// wait for that call), ErrAnswered (an *AnsweredError: the call was
+// answered otherwise, or Key was used for another answer), ErrInvalid (a
+// malformed approval), ErrNotSupported (a store that keeps no steps).
+func (rt *Runtime) Answer(ctx context.Context, runID, callID string, a Approval) (Answered, error) {
+	if err := validID("run id", runID); err != nil {
+		return Answered{}, err
+	}
+	ans, err := a.answerRecord(callID)
+	if err != nil {
+		return Answered{}, err
+	}
+	return rt.answer(ctx, runID, ans)
+}
+
+func (rt *Runtime) answer(ctx context.Context, runID string, ans record.Answer) (Answered, error) {
+	run, res, err := rt.st.Answer(ctx, runID, ans)
+	switch {
+	case errors.Is(err, store.ErrNoSteps):
+		return Answered{}, fmt.Errorf("%w: %v: runs never wait for approval", ErrNotSupported, err)
+	case errors.Is(err, runstate.ErrCallNotFound):
+		return Answered{}, &kindError{kind: ErrNotFound, err: err}
+	case err != nil:
+		return Answered{}, speak(err)
+	}
+	out := Answered{Run: run, Step: res.Step, Duplicate: res.Duplicate, Decided: res.Decided, Resumed: res.Resume}
+	if res.Duplicate {
+		return out, nil
+	}
+	rt.stats.answers.add(string(ans.Action))
+	rt.emit(run.ID, run.ThreadID, EventApproval, map[string]string{"call_id": ans.CallID, "action": string(ans.Action), "decided": fmt.Sprint(res.Decided)})
+	if res.Resume {
+		rt.resumeWaiting(run)
+	}
+	return out, nil
+}
+
+// resumeWaiting has the run, whose last pending call was just answered,
+// executed again: by this host if it owns the run (or the run's owner is
+// gone: the poll recovers it), else by a notice to its owner.
+func (rt *Runtime) resumeWaiting(run record.Run) {
+	rt.waits.disarm(run.ID)
+	if run.State != record.StateActive {
+		rt.coord.kick(run.ThreadID)
+		return
+	}
+	self := rt.lease.epoch.Load()
+	switch o := leaseEpoch(run.Owner); {
+	case o != 0 && o != self && rt.lease.isLive(o):
+		rt.notify(driver.Notice{ThreadID: run.ThreadID, Owner: o})
+	case run.Owner == rt.lease.owner():
+		rt.coord.kick(run.ThreadID)
+	default:
+		rt.pollNow() // its owner is gone: recovery executes it
+	}
+}
+
+// PendingApproval is a tool call a run waits on.
+type PendingApproval struct {
+	CallID string
+	// Tool, Server and Arguments are the call as the model asked for it.
+	Tool      string
+	Server    string
+	Arguments string
+	// Prompt is the tool policy's text for the person.
+	Prompt string
+	// Approvals is how many approve answers the call needs; Approved how
+	// many it has.
+	Approvals int
+	Approved  int
+	// Step is the model step (from 0) that asked for the call.
+	Step     int
+	Deadline time.Time
+}
+
+// Waiting reports whether run waits for answers to tool calls: it is
+// active with calls pending. (Its store state is active.)
+func Waiting(run record.Run) bool {
+	return run.State == record.StateActive && len(run.Pending) > 0
+}
+
+// PendingApprovals returns the tool calls run runID waits on, in the order
+// asked; none when it is not waiting.
+func (rt *Runtime) PendingApprovals(ctx context.Context, runID string) ([]PendingApproval, record.Run, error) {
+	run, err := rt.st.GetRun(ctx, runID)
+	if err != nil {
+		return nil, record.Run{}, speak(err)
+	}
+	if len(run.Pending) == 0 || IsTerminal(run.State) {
+		return nil, run, nil
+	}
+	steps, err := rt.st.ReadSteps(ctx, runID, 0, 0)
+	if err != nil {
+		return nil, run, speak(err)
+	}
+	return pendingOf(run, steps), run, nil
+}
+
+// pendingOf lists the pending calls of run from its steps.
+func pendingOf(run record.Run, steps []record.Step) []PendingApproval {
+	asks := map[string]record.Step{}
+	approved := map[string]int{}
+	for _, st := range steps {
+		switch st.Kind {
+		case record.StepAsk:
+			asks[st.Ask.CallID] = st
+		case record.StepAnswer:
+			if st.Answer.Action == record.AnswerApprove {
+				approved[st.Answer.CallID]++
+			}
+		}
+	}
+	var out []PendingApproval
+	for _, id := range run.Pending {
+		st, ok := asks[id]
+		if !ok {
+			continue
+		}
+		a := st.Ask
+		out = append(out, PendingApproval{CallID: id, Tool: a.Tool, Server: a.Server, Arguments: a.Arguments, Prompt: a.Prompt,
+			Approvals: a.Approvals, Approved: approved[id], Step: st.Model, Deadline: a.Deadline})
+	}
+	return out
+}
+
+// waitTimers holds a timer per waiting run this host owns: at the earliest
+// deadline of its pending calls it rejects those past theirs.
+type waitTimers struct {
+	mu     sync.Mutex
+	timers map[string]*time.Timer
+	closed bool
+}
+
+func (w *waitTimers) arm(runID string, d time.Duration, f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	if w.timers == nil {
+		w.timers = map[string]*time.Timer{}
+	}
+	if t := w.timers[runID]; t != nil {
+		t.Stop()
+	}
+	w.timers[runID] = time.AfterFunc(max(d, 0), f)
+}
+
+func (w *waitTimers) disarm(runID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.timers[runID]; t != nil {
+		t.Stop()
+		delete(w.timers, runID)
+	}
+}
+
+func (w *waitTimers) armed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ids []string
+	for id := range w.timers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (w *waitTimers) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for id, t := range w.timers {
+		t.Stop()
+		delete(w.timers, id)
+	}
+}
+
+// timeoutKey is the idempotency key of the answer the time limit gives.
+const timeoutKey = "agenthost:approval-timeout"
+
+// armWaiting arms the deadline timer of run, a waiting run this host owns,
+// from its steps (steps nil: read them).
+func (rt *Runtime) armWaiting(ctx context.Context, run record.Run, steps []record.Step) {
+	if !Waiting(run) {
+		return
+	}
+	if steps == nil {
+		var err error
+		if steps, err = rt.st.ReadSteps(ctx, run.ID, 0, 0); err != nil {
+			rt.log.Warn("reading a waiting run's steps failed; its deadline is armed at the next poll or start", "run", run.ID, "err", err)
+			return
+		}
+	}
+	var first time.Time
+	for _, p := range pendingOf(run, steps) {
+		if first.IsZero() || p.Deadline.Before(first) {
+			first = p.Deadline
+		}
+	}
+	if first.IsZero() {
+		return
+	}
+	id := run.ID
+	rt.waits.arm(id, first.Sub(rt.cfg.Now()), func() { rt.expireWaiting(id) })
+}
+
+// expireWaiting rejects the pending calls of run runID past their deadline,
+// then arms the timer for the rest.
+func (rt *Runtime) expireWaiting(runID string) {
+	ctx, cancel := context.WithTimeout(rt.baseCtx, time.Minute)
+	defer cancel()
+	pend, run, err := rt.PendingApprovals(ctx, runID)
+	if err != nil {
+		if ctx.Err() == nil {
+			rt.log.Warn("approval time limit: reading the run failed; trying again shortly", "run", runID, "err", err)
+			rt.waits.arm(runID, 5*time.Second, func() { rt.expireWaiting(runID) })
+		}
+		return
+	}
+	if !Waiting(run) || run.Owner != rt.lease.owner() {
+		rt.waits.disarm(runID)
+		return
+	}
+	now := rt.cfg.Now()
+	for _, p := range pend {
+		if p.Deadline.After(now) {
+			continue
+		}
+		ans := record.Answer{CallID: p.CallID, Action: record.AnswerReject, Key: timeoutKey,
+			Text: fmt.Sprintf("The call was not run: no answer within %s.", rt.cfg.ApprovalTimeout)}
+		if _, err := rt.answer(ctx, runID, ans); err != nil && !errors.Is(err, ErrAnswered) && !errors.Is(err, ErrNotWaiting) {
+			rt.log.Warn("approval time limit: rejecting the call failed; trying again shortly", "run", runID, "call", p.CallID, "err", err)
+			rt.waits.arm(runID, 5*time.Second, func() { rt.expireWaiting(runID) })
+			return
+		}
+		rt.stats.approvalTimeouts.Add(1)
+		rt.log.Info("tool call rejected: no answer within the time limit", "run", runID, "call", p.CallID, "limit", rt.cfg.ApprovalTimeout)
+	}
+	run, err = rt.st.GetRun(ctx, runID)
+	if err == nil && Waiting(run) {
+		rt.armWaiting(ctx, run, nil)
+	}
+}
