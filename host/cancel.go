@@ -22,7 +22,8 @@ func (rt *Runtime) Cancel(ctx context.Context, runID string) (record.Run, error)
 	if rt.reg != nil {
 		rt.reg.forget(r.ThreadID, r.ID)
 	}
-	if r.Owner != "" { // it was active
+	rt.waits.disarm(r.ID) // a waiting run: its deadline is moot
+	if r.Owner != "" {    // it was active
 		rt.stopCanceled(r)
 	}
 	rt.stats.terminal.add(string(r.TerminalReason))

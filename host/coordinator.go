@@ -33,7 +33,11 @@ type coordinator struct {
 	// admission ends without it (by reservation id).
 	reserved map[string]uint64
 	lastRes  uint64
-	workers  sync.WaitGroup
+	// stopWaiting: threads whose active run, if it is waiting (no
+	// execution), is to be interrupted when a worker next takes the thread.
+	stopWaiting map[string]string
+
+	workers sync.WaitGroup
 }
 
 func newCoordinator(workers int) *coordinator {
@@ -44,6 +48,8 @@ func newCoordinator(workers int) *coordinator {
 		rekick:   map[string]bool{},
 		started:  map[string]record.Run{},
 		reserved: map[string]uint64{},
+
+		stopWaiting: map[string]string{},
 	}
 	c.cond = sync.NewCond(&c.mu)
 	return c
@@ -228,10 +234,36 @@ func (c *coordinator) steps(thread, runID string) (int, bool) {
 	return 0, false
 }
 
-// interrupt asks the thread's executing run, if it is runID, to stop.
+// interrupt asks the thread's executing run, if it is runID, to stop; and
+// if runID waits for approval (no execution), the next worker to take the
+// thread stops it: the caller kicks the thread.
 func (c *coordinator) interrupt(thread, runID string) {
+	c.mu.Lock()
+	c.stopWaiting[thread] = runID
+	c.mu.Unlock()
 	if ex := c.executing(thread); ex != nil {
 		ex.interrupt(runID)
+	}
+}
+
+// takeStopWaiting reports whether the thread's waiting run runID is to be
+// interrupted, and forgets it.
+func (c *coordinator) takeStopWaiting(thread, runID string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopWaiting[thread] != runID {
+		return false
+	}
+	delete(c.stopWaiting, thread)
+	return true
+}
+
+// forgetStop forgets an interrupt of run runID once its execution ended.
+func (c *coordinator) forgetStop(thread, runID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopWaiting[thread] == runID {
+		delete(c.stopWaiting, thread)
 	}
 }
 
@@ -292,16 +324,27 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		rt.fencedStart(thread, fe)
 		return false
 	case errors.Is(err, runstate.ErrThreadActive):
-		// A run is active. If this host owns it, it is a start whose reply
-		// was lost (the commit landed): nobody executes it, since this
-		// worker holds the thread, so execute it now. Another owner's run
-		// is moved on by recovery (at the next start, or by its host).
+		// A run is active. If this host owns it, it is a waiting run whose
+		// last call was answered, or a start whose reply was lost (the
+		// commit landed): nobody executes it, since this worker holds the
+		// thread, so execute it now. A run still waiting is left waiting
+		// (its deadline armed), unless it is to be interrupted. Another
+		// owner's run is moved on by recovery (at the next start, or by its
+		// host).
 		snap, lerr := rt.st.Thread(ctx, thread)
 		if lerr != nil || len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
 			return false
 		}
 		run = snap.Runs[0]
-		rt.log.Warn("adopting a run whose start was committed without a reply", "run", run.ID, "thread", thread)
+		switch {
+		case Waiting(run) && !rt.coord.takeStopWaiting(thread, run.ID):
+			rt.armWaiting(ctx, run, nil)
+			return false
+		case Waiting(run):
+			rt.log.Info("interrupting a waiting run", "run", run.ID, "thread", thread)
+		default:
+			rt.log.Info("executing the thread's active run, which this host owns", "run", run.ID, "thread", thread, "attempt", run.Attempt)
+		}
 	case err != nil:
 		if ctx.Err() == nil {
 			rt.log.Error("starting a run failed; retrying the thread shortly", "thread", thread, "err", err)
@@ -319,8 +362,18 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		defer o.RunEnded(base, run)
 	}
 	rt.coord.begin(ex, base, run)
+	if Waiting(run) {
+		ex.interrupt(run.ID) // taken above: it is to stop
+	}
 	rt.execute(ex)
 	rt.coord.dropStarted(thread, run.ID) // adopted before its admission handed it over
+	if rt.coord.takeStopWaiting(thread, run.ID) {
+		// Interrupted as it went waiting: a worker ends it now.
+		if cur, err := rt.st.GetRun(ctx, run.ID); err == nil && Waiting(cur) {
+			rt.coord.interrupt(thread, run.ID)
+			return true
+		}
+	}
 	// Go on with the thread's next run, unless its last commit showed no
 	// other: an input admitted since then kicks the thread itself (here), or
 	// sends this host a notice (elsewhere), and the poll finds the rest.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/host/toolpolicy"
 )
 
 // errInterrupted is the cause set on a run's step context when a newer input
@@ -96,6 +98,10 @@ type execution struct {
 	nextSeq int64
 	// resume is where a recovered run continues (see rebuild).
 	resume resumePoint
+	// asks and answers: the calls the tool policy said ask for, and the
+	// answers given to each, from the run's steps (see rebuild).
+	asks    map[string]record.Ask
+	answers map[string][]record.Answer
 }
 
 // resumePoint is where an execution starts: at model step 0, or past the
@@ -117,7 +123,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // execute runs ex's run to its terminal commit, or until it is abandoned.
 func (rt *Runtime) execute(ex *runExec) {
 	e := &execution{rt: rt, ex: ex, run: ex.run, taken: map[string][]string{}, takenAt: map[string]int{}, seen: map[string]bool{},
-		durable: rt.st.StepsKept(), nextSeq: 1}
+		durable: rt.st.StepsKept(), nextSeq: 1, asks: map[string]record.Ask{}, answers: map[string][]record.Answer{}}
 	prompt, err := e.prompt()
 	if err != nil {
 		if ex.ctx.Err() == nil {
@@ -154,11 +160,29 @@ func (rt *Runtime) execute(ex *runExec) {
 		e.commit(runstate.CommitTerminal{Reason: record.ReasonCompleted, Answer: f.Content, Steps: e.steps, Absorb: e.absorb()})
 		return
 	}
+	if len(e.run.Pending) > 0 {
+		// A waiting run (this host took it over, or was told to interrupt
+		// it): it stays waiting unless it is to stop.
+		if ex.interrupted() {
+			e.interruptWaiting(e.run.Pending)
+			return
+		}
+		rt.armWaiting(ex.ctx, e.run, nil)
+		return
+	}
 	if c := e.resume.call; c != nil {
-		// Tool calls the model asked for before the crash whose results
-		// were not committed: made again, each with its own key.
-		if !e.callTools(tools, e.resume.step-1, c, e.resume.answered) {
+		// Tool calls the model asked for before the crash (or before the
+		// run waited) whose results were not committed: made (again, each
+		// with its own key), or given the answer a person gave.
+		if e.asked(c) {
+			rt.stats.resumed.Add(1)
+			rt.emit(e.run.ID, e.run.ThreadID, EventResumed, map[string]string{"attempt": itoa(e.run.Attempt)})
+		}
+		switch e.callTools(tools, e.resume.step-1, c, e.resume.answered) {
+		case callsRefused:
 			e.stopped()
+			return
+		case callsWaiting:
 			return
 		}
 	}
@@ -217,18 +241,35 @@ func (rt *Runtime) execute(ex *runExec) {
 		}
 		e.convo = append(e.convo, call)
 		e.steps = append(e.steps, call)
-		if !e.callTools(tools, step, &call, nil) {
+		switch e.callTools(tools, step, &call, nil) {
+		case callsRefused:
 			e.stopped()
+			return
+		case callsWaiting:
 			return
 		}
 	}
 }
 
+// The outcomes of callTools.
+type callsOutcome int
+
+const (
+	callsDone    callsOutcome = iota // every call has its result (or the run stops: the loop's top says why)
+	callsRefused                     // a step commit was refused: the run is no longer this execution's
+	callsWaiting                     // the run waits for answers; the execution ends
+)
+
 // callTools makes the tool calls of model step step's message call, except
 // those answered already, committing each result as soon as it is known.
-// It reports false when the run's step commits were refused (the run is no
-// longer this execution's).
-func (e *execution) callTools(tools map[string]model.Tool, step int, call *record.Message, answered map[string]bool) bool {
+// With a tool policy, each call not asked about before is decided first:
+// allow makes it, deny commits the policy's message as its result, ask
+// sets it aside; a call asked about before gets what a person answered
+// (approve and edit make it, reject and respond commit the person's text).
+// Once the others are done, the calls set aside make the run wait.
+func (e *execution) callTools(tools map[string]model.Tool, step int, call *record.Message, answered map[string]bool) callsOutcome {
+	var asks []record.Step
+	deadline := e.rt.cfg.Now().Add(e.rt.cfg.ApprovalTimeout)
 	for i, c := range call.ToolCalls {
 		if answered[c.ID] {
 			continue
@@ -237,25 +278,176 @@ func (e *execution) callTools(tools map[string]model.Tool, step int, call *recor
 			// Interrupted, canceled or abandoned: the loop's top says which.
 			// The calls not made are not in the transcript: a run that does
 			// not complete writes none of it to the history.
-			return true
+			return callsDone
 		}
-		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID,
-			Content: e.callTool(tools, model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}, c)}
+		mc := model.Call{RunID: e.run.ID, Step: step, Index: i, ID: c.ID}
+		result, run := "", true
+		if ask, ok := e.asks[c.ID]; ok {
+			d, decided := runstate.Decided(ask, e.answers[c.ID])
+			if !decided {
+				return e.waitAgain()
+			}
+			switch d.Action {
+			case record.AnswerEdit:
+				c.Arguments = d.Arguments // the transcript's call shows it (see rebuild)
+			case record.AnswerReject, record.AnswerRespond:
+				result, run = d.Text, false
+			}
+		} else if e.rt.cfg.ToolPolicy != nil {
+			switch d := e.decideTool(tools, mc, c); d.Verdict {
+			case toolpolicy.Deny:
+				result, run = d.Message, false
+				e.rt.emit(e.run.ID, e.run.ThreadID, EventToolResult, map[string]string{"tool": c.Name, "call_id": c.ID, "error": "denied by the tool policy"})
+			case toolpolicy.Ask:
+				asks = append(asks, record.Step{Kind: record.StepAsk, Model: step, Ask: record.Ask{
+					CallID: c.ID, Tool: c.Name, Server: toolServer(tools, c.Name), Arguments: c.Arguments,
+					Prompt: d.Prompt, Approvals: max(d.Approvals, 1), Deadline: deadline}})
+				continue
+			}
+		}
+		if run {
+			result = e.callTool(tools, mc, c)
+		}
+		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: c.ID, Content: result}
 		if e.ex.stepCtx.Err() != nil {
 			// Interrupted, canceled or abandoned while the call was made:
 			// what it returned is the run's stop, not the tool's answer, and
 			// must not be committed as the call's result, or a recovered run
 			// would take it for one and never make the call. The loop's top
 			// ends the run.
-			return true
+			return callsDone
 		}
 		if !e.commitStep(step, record.StepTool, &m) {
-			return false
+			return callsRefused
 		}
 		e.convo = append(e.convo, m)
 		e.steps = append(e.steps, m)
 	}
-	return true
+	if len(asks) == 0 {
+		return callsDone
+	}
+	return e.wait(asks)
+}
+
+// asked reports whether any call of the model message call was asked about.
+func (e *execution) asked(call *record.Message) bool {
+	return slices.ContainsFunc(call.ToolCalls, func(c record.ToolCall) bool { _, ok := e.asks[c.ID]; return ok })
+}
+
+// toolServer names the MCP server providing tool name, if any.
+func toolServer(tools map[string]model.Tool, name string) string {
+	if s, ok := tools[name].(interface{ Server() string }); ok {
+		return s.Server()
+	}
+	return ""
+}
+
+// decideTool asks the tool policy about call c: its decision, or on a
+// failure its fallback (counted and logged).
+func (e *execution) decideTool(tools map[string]model.Tool, mc model.Call, c record.ToolCall) ToolDecision {
+	rt := e.rt
+	info := NewToolCallInfo(mc, c, e.run.ThreadID, toolServer(tools, c.Name))
+	d, err := toolpolicy.Resolve(e.ex.stepCtx, rt.cfg.ToolPolicy, info, *rt.cfg.ToolPolicyFallback)
+	if err != nil {
+		rt.stats.toolPolicyFails.Add(1)
+		rt.log.Warn("tool policy failed; using its fallback", "run", e.run.ID, "tool", c.Name, "call", c.ID, "fallback", d.Verdict, "err", err)
+	}
+	d = d.WithText(c.Name)
+	if d.Verdict == toolpolicy.Ask && d.Approvals < 1 {
+		d.Approvals = 1
+	}
+	rt.stats.toolDecisions.add(string(d.Verdict))
+	return d
+}
+
+// wait commits the asks (their step ids and seqs set here) and the run's
+// Pending in one versioned commit, and ends the execution: the run waits,
+// and nothing holds a worker for it. A wait refused because the run moved
+// on stops the execution like a refused step commit.
+func (e *execution) wait(asks []record.Step) callsOutcome {
+	rt := e.rt
+	if e.ex.interrupted() {
+		// Asked to stop before it waited: the calls set aside are not run.
+		ids := make([]string, len(asks))
+		for i, a := range asks {
+			ids[i] = a.Ask.CallID
+		}
+		e.interruptCalls(asks[0].Model, ids)
+		return callsWaiting
+	}
+	for i := range asks {
+		asks[i].ID, asks[i].RunID, asks[i].ThreadID = rt.cfg.NewID("step"), e.run.ID, e.run.ThreadID
+		asks[i].Seq, asks[i].Attempt = e.nextSeq+int64(i), e.run.Attempt
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		if e.ex.ctx.Err() != nil {
+			return callsRefused
+		}
+		run, err := rt.st.Wait(context.WithoutCancel(e.ex.ctx), e.run, asks)
+		switch {
+		case err == nil:
+			e.nextSeq += int64(len(asks))
+			rt.stats.stepCommits.Add(int64(len(asks)))
+			ids := make([]string, len(asks))
+			for i, st := range asks {
+				e.emitStep(st)
+				ids[i] = st.Ask.CallID
+			}
+			e.run = run
+			rt.stats.waiting.Add(1)
+			rt.emit(e.run.ID, e.run.ThreadID, EventWaiting, map[string]string{"call_ids": strings.Join(ids, ","), "step": itoa(asks[0].Model)})
+			rt.log.Info("run waits for approval", "run", e.run.ID, "calls", ids)
+			rt.armWaiting(e.ex.ctx, run, asks)
+			return callsWaiting
+		case errors.Is(err, driver.ErrFenced), errors.Is(err, runstate.ErrNotActive), errors.Is(err, runstate.ErrNotOwner),
+			errors.Is(err, driver.ErrVersionConflict):
+			rt.log.Warn("the run's wait was refused: the run moved on", "run", e.run.ID, "err", err)
+			return callsRefused
+		case !transient(err):
+			rt.log.Error("the run's wait was refused; failing the run", "run", e.run.ID, "err", err)
+			e.fail(fmt.Errorf("committing the calls that wait for approval: %w", err))
+			return callsWaiting
+		}
+		rt.stats.commitErrors.Add(1)
+		rt.log.Warn("committing the run's wait failed; retrying", "run", e.run.ID, "err", err, "backoff", backoff)
+		if !sleepCtx(e.ex.ctx, backoff) {
+			return callsRefused
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// waitAgain ends an execution that found a call still waiting for its
+// answer (its run's Pending cleared and set again in between cannot
+// happen: an ask is answered only by a commit that removes it).
+func (e *execution) waitAgain() callsOutcome {
+	e.rt.log.Warn("a resumed run found a call still waiting for its answer; it waits", "run", e.run.ID)
+	return callsWaiting
+}
+
+// notRunResult is the tool result of a call a waiting run was stopped on.
+const notRunResult = "The call was not run: the run was interrupted while the call waited for approval."
+
+// interruptWaiting ends a waiting run that a newer input interrupts: each
+// pending call gets a result saying it was not run, then the run ends
+// interrupted.
+func (e *execution) interruptWaiting(pending []string) {
+	e.interruptCalls(max(e.resume.step-1, 0), pending)
+}
+
+// interruptCalls commits a not-run result for each of the calls, then the
+// interrupted terminal record.
+func (e *execution) interruptCalls(step int, calls []string) {
+	for _, id := range calls {
+		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: id, Content: notRunResult}
+		if !e.commitStep(step, record.StepTool, &m) {
+			e.stopped()
+			return
+		}
+		e.steps = append(e.steps, m)
+	}
+	e.commit(runstate.CommitTerminal{Reason: record.ReasonInterrupted, Error: errInterrupted.Error()})
 }
 
 // unstorableResult replaces a tool result the store refused to keep (too
@@ -411,6 +603,20 @@ func (e *execution) rebuild() error {
 			e.resume.call, e.resume.answered = &m, map[string]bool{}
 			e.convo = append(e.convo, m)
 			e.steps = append(e.steps, m)
+		case record.StepAsk:
+			if e.resume.call == nil || !slices.ContainsFunc(e.resume.call.ToolCalls, func(c record.ToolCall) bool { return c.ID == st.Ask.CallID }) {
+				return fmt.Errorf("run %s's step %d asks about tool call %q, which its model step did not ask for", e.run.ID, st.Seq, st.Ask.CallID)
+			}
+			e.asks[st.Ask.CallID] = st.Ask
+		case record.StepAnswer:
+			ask, ok := e.asks[st.Answer.CallID]
+			if !ok {
+				return fmt.Errorf("run %s's step %d answers tool call %q, which it did not ask about", e.run.ID, st.Seq, st.Answer.CallID)
+			}
+			e.answers[st.Answer.CallID] = append(e.answers[st.Answer.CallID], st.Answer)
+			if d, ok := runstate.Decided(ask, e.answers[st.Answer.CallID]); ok && d.Action == record.AnswerEdit {
+				e.editCall(d.CallID, d.Arguments)
+			}
 		case record.StepTool:
 			if e.resume.call == nil || !slices.ContainsFunc(e.resume.call.ToolCalls, func(c record.ToolCall) bool { return c.ID == st.Message.ToolCallID }) {
 				return fmt.Errorf("run %s's step %d answers tool call %q, which its model step did not ask for", e.run.ID, st.Seq, st.Message.ToolCallID)
@@ -428,6 +634,27 @@ func (e *execution) rebuild() error {
 	e.rt.stats.stepsResumed.Add(int64(len(steps)))
 	e.rt.log.Info("run resumes from its steps", "run", e.run.ID, "attempt", e.run.Attempt, "steps", len(steps), "model_step", e.resume.step)
 	return nil
+}
+
+// editCall makes the transcript's tool call callID (in the last model
+// message, as the model and the history see it) show the arguments a
+// person's edit made it run with. The model step record keeps what the
+// model asked for; the answer record, the edit.
+func (e *execution) editCall(callID, args string) {
+	edit := func(msgs []record.Message) {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			k := slices.IndexFunc(msgs[i].ToolCalls, func(c record.ToolCall) bool { return c.ID == callID })
+			if msgs[i].Role != record.RoleAssistant || k < 0 {
+				continue
+			}
+			calls := slices.Clone(msgs[i].ToolCalls)
+			calls[k].Arguments = args
+			msgs[i].ToolCalls = calls
+			return
+		}
+	}
+	edit(e.convo)
+	edit(e.steps)
 }
 
 // transient reports whether a failed commit may succeed if tried again.

@@ -401,7 +401,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		}
 	}
 	if adm.InterruptRunID != "" {
-		rt.coord.interrupt(threadID, adm.InterruptRunID)
+		rt.coord.interrupt(threadID, adm.InterruptRunID) // a waiting run too: the kick below ends it
 	}
 	if adm.Started != nil {
 		rt.coord.handOff(*adm.Started, res)
@@ -581,6 +581,10 @@ type CloseReport struct {
 	Abandoned []string
 	// Queued are the runs still queued: the next start executes them.
 	Queued []string
+	// Waiting are this host's runs that wait for answers to tool calls:
+	// they need no execution, and the next start (or another host) takes
+	// them over, still waiting. They do not make the close unsettled.
+	Waiting []string
 }
 
 // Close stops admitting inputs, lets the runs in flight finish until ctx is
@@ -599,6 +603,7 @@ func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
 		<-done
 	}
 	rt.abandonAll()
+	rt.waits.close()
 	rt.stopLoops()
 	rt.loops.Wait()
 	leaseErr := rt.lease.release()
@@ -623,7 +628,11 @@ func (rt *Runtime) Close(ctx context.Context) (CloseReport, error) {
 			err = fmt.Errorf("host: listing active runs for the close report: %w", e)
 			break
 		}
-		if r.Owner == owner && !slices.Contains(rep.Abandoned, r.ID) {
+		switch {
+		case r.Owner == owner && Waiting(r):
+			rep.Waiting = append(rep.Waiting, r.ID)
+			rep.Abandoned = slices.DeleteFunc(rep.Abandoned, func(id string) bool { return id == r.ID })
+		case r.Owner == owner && !slices.Contains(rep.Abandoned, r.ID):
 			rep.Abandoned = append(rep.Abandoned, r.ID) // e.g. a commit that failed
 		}
 	}

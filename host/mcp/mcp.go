@@ -422,7 +422,10 @@ type tool struct {
 
 var _ model.TimeLimited = (*tool)(nil)
 
-func (t *tool) Spec() model.ToolSpec   { return t.spec }
+func (t *tool) Spec() model.ToolSpec { return t.spec }
+
+// Server names the MCP server providing the tool, for the tool policy.
+func (t *tool) Server() string         { return t.srv.cfg.Name }
 func (t *tool) Timeout() time.Duration { return t.srv.cfg.Timeout }
 
 // Call implements model.Tool. A result the server marks as an error is

@@ -1,0 +1,458 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/toolpolicy"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// askModel asks, at step 0, for one call of each tool in calls (ids c0,
+// c1, ...), with arguments {"n":i}; at step 1 it answers with what it saw
+// of the conversation after the inputs: each tool call with its arguments
+// as the transcript shows them, and each tool result.
+type askModel struct {
+	calls []string
+	gate  chan struct{} // when set, step 1 waits for it
+	mu    sync.Mutex
+	seen  [][]record.Message
+}
+
+func (m *askModel) Step(ctx context.Context, req model.Request, _ func(string)) (model.Response, error) {
+	m.mu.Lock()
+	m.seen = append(m.seen, slices.Clone(req.Messages))
+	m.mu.Unlock()
+	if req.Step == 0 {
+		var out []record.ToolCall
+		for i, name := range m.calls {
+			out = append(out, record.ToolCall{ID: fmt.Sprintf("c%d", i), Name: name, Arguments: fmt.Sprintf(`{"n":%d}`, i)})
+		}
+		return model.Response{ToolCalls: out}, nil
+	}
+	if m.gate != nil {
+		select {
+		case <-m.gate:
+		case <-ctx.Done():
+			return model.Response{}, ctx.Err()
+		}
+	}
+	var parts []string
+	for _, msg := range req.Messages {
+		switch msg.Role {
+		case record.RoleUser:
+			parts = append(parts, "user:"+msg.Content)
+		case record.RoleAssistant:
+			for _, c := range msg.ToolCalls {
+				parts = append(parts, "call:"+c.ID+c.Arguments)
+			}
+		case record.RoleTool:
+			parts = append(parts, "result:"+msg.ToolCallID+"="+msg.Content)
+		}
+	}
+	return model.Response{Content: strings.Join(parts, " ")}, nil
+}
+
+// recTool logs every call it gets: its idempotency key and arguments.
+type recTool struct {
+	name string
+	mu   sync.Mutex
+	log  []string
+}
+
+func (t *recTool) Spec() model.ToolSpec { return model.ToolSpec{Name: t.name} }
+
+func (t *recTool) Call(ctx context.Context, args string) (string, error) {
+	c, _ := model.CallFrom(ctx)
+	t.mu.Lock()
+	t.log = append(t.log, c.IdempotencyKey()+" "+args)
+	t.mu.Unlock()
+	return t.name + "-ok", nil
+}
+
+func (t *recTool) calls() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.log)
+}
+
+// byName decides by tool name: "ask*" ask, "deny*" deny, the rest allow;
+// "ask2*" needs two approvals.
+var byName = toolpolicy.Func(func(_ context.Context, c toolpolicy.Call) (toolpolicy.Decision, error) {
+	switch {
+	case strings.HasPrefix(c.Tool, "ask2"):
+		return toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "twice " + c.Tool + "?", Approvals: 2}, nil
+	case strings.HasPrefix(c.Tool, "ask"):
+		return toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "run " + c.Tool + "?", Approvals: 1}, nil
+	case strings.HasPrefix(c.Tool, "deny"):
+		return toolpolicy.Decision{Verdict: toolpolicy.Deny, Message: "no " + c.Tool}, nil
+	}
+	return toolpolicy.Decision{Verdict: toolpolicy.Allow}, nil
+})
+
+type approvalEnv struct {
+	t     *testing.T
+	d     driver.Driver
+	m     *askModel
+	tools map[string]*recTool
+	rt    *host.Runtime
+	cfg   host.Config
+}
+
+func newApprovalEnv(t *testing.T, d driver.Driver, calls []string, mod func(*host.Config)) *approvalEnv {
+	t.Helper()
+	e := &approvalEnv{t: t, d: d, m: &askModel{calls: calls}, tools: map[string]*recTool{}}
+	var tools []model.Tool
+	for _, n := range calls {
+		if e.tools[n] == nil {
+			e.tools[n] = &recTool{name: n}
+			tools = append(tools, e.tools[n])
+		}
+	}
+	e.cfg = host.Config{Driver: d, Policy: hintPolicy{}, Model: e.m, Tools: tools, ToolPolicy: byName, MaxConcurrentRuns: 2, Logger: quietLog}
+	if mod != nil {
+		mod(&e.cfg)
+	}
+	e.start()
+	return e
+}
+
+func (e *approvalEnv) start() {
+	e.t.Helper()
+	rt, err := host.New(context.Background(), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.rt = rt
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		rt.Close(ctx)
+	})
+}
+
+func (e *approvalEnv) submit(thread, content, hint string) string {
+	e.t.Helper()
+	tk, err := e.rt.Submit(context.Background(), thread, content, host.SubmitOptions{Hint: hint})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tk.RunID
+}
+
+// waiting waits until run waits for exactly calls.
+func (e *approvalEnv) waiting(runID string, calls ...string) []host.PendingApproval {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		pend, run, err := e.rt.PendingApprovals(context.Background(), runID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var ids []string
+		for _, p := range pend {
+			ids = append(ids, p.CallID)
+		}
+		if host.Waiting(run) && slices.Equal(ids, calls) {
+			return pend
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %s: waits for %v (%s, pending %v), want %v", runID, ids, run.State, run.Pending, calls)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *approvalEnv) answer(runID, call string, a host.Approval) host.Answered {
+	e.t.Helper()
+	res, err := e.rt.Answer(context.Background(), runID, call, a)
+	if err != nil {
+		e.t.Fatalf("answer %s/%s: %v", runID, call, err)
+	}
+	return res
+}
+
+func (e *approvalEnv) result(runID string) host.Result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := e.rt.Wait(ctx, runID)
+	if err != nil {
+		e.t.Fatalf("waiting for %s: %v", runID, err)
+	}
+	return res
+}
+
+func approve(key string) host.Approval { return host.Approval{Action: record.AnswerApprove, Key: key} }
+
+func key(run string, i int) string {
+	return model.Call{RunID: run, Step: 0, Index: i, ID: fmt.Sprintf("c%d", i)}.IdempotencyKey()
+}
+
+func TestApprovalApproveRunsOnceWithItsKey(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_delete", "read"}, nil)
+	run := e.submit("T", "clean up", "")
+	pend := e.waiting(run, "c0")
+	if p := pend[0]; p.Tool != "ask_delete" || p.Prompt != "run ask_delete?" || p.Arguments != `{"n":0}` || p.Approvals != 1 || p.Deadline.IsZero() {
+		t.Fatalf("pending: %+v", p)
+	}
+	// The allowed call ran; the asked one did not.
+	if got := e.tools["read"].calls(); len(got) != 1 {
+		t.Fatalf("read calls %v", got)
+	}
+	if got := e.tools["ask_delete"].calls(); len(got) != 0 {
+		t.Fatalf("asked call made before its answer: %v", got)
+	}
+	if st := e.rt.Stats(); st.Waits != 1 || st.ToolDecisions["ask"] != 1 || st.ToolDecisions["allow"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	res := e.answer(run, "c0", approve("k1"))
+	if !res.Decided || !res.Resumed || res.Duplicate || res.Step.Answer.Action != record.AnswerApprove {
+		t.Fatalf("answer: %+v", res)
+	}
+	out := e.result(run)
+	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=ask_delete-ok") || !strings.Contains(out.Answer.Content, "result:c1=read-ok") {
+		t.Fatalf("result %+v", out)
+	}
+	if got, want := e.tools["ask_delete"].calls(), []string{key(run, 0) + ` {"n":0}`}; !slices.Equal(got, want) {
+		t.Fatalf("asked call made %v, want %v", got, want)
+	}
+	// The same answer again is the recorded one; another is refused.
+	again := e.answer(run, "c0", approve("k1"))
+	if !again.Duplicate || again.Step.ID != res.Step.ID {
+		t.Fatalf("repeat: %+v", again)
+	}
+	_, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerReject, Key: "k2"})
+	var ae *host.AnsweredError
+	if !errors.As(err, &ae) || ae.Recorded.Action != record.AnswerApprove {
+		t.Fatalf("another answer: %v", err)
+	}
+	if _, err := e.rt.Answer(context.Background(), run, "c1", approve("")); !errors.Is(err, host.ErrNotFound) {
+		t.Fatalf("answer to a call never asked about: %v", err)
+	}
+	if _, err := e.rt.Answer(context.Background(), "nope", "c0", approve("")); !errors.Is(err, host.ErrNotFound) {
+		t.Fatalf("answer to an unknown run: %v", err)
+	}
+	if _, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: "maybe"}); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("bad action: %v", err)
+	}
+	if got := e.tools["ask_delete"].calls(); len(got) != 1 {
+		t.Fatalf("calls after the repeats: %v", got)
+	}
+}
+
+func TestApprovalEditRejectRespondDeny(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_a", "ask_b", "ask_c", "deny_d"}, nil)
+	run := e.submit("T", "go", "")
+	e.waiting(run, "c0", "c1", "c2")
+	if _, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `[1]`}); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("edit with an array: %v", err)
+	}
+	if _, err := e.rt.Answer(context.Background(), run, "c2", host.Approval{Action: record.AnswerRespond}); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("respond without a message: %v", err)
+	}
+	// Answered one at a time: the run waits until the last.
+	e.answer(run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `{ "n": 42 }`})
+	e.waiting(run, "c1", "c2")
+	e.answer(run, "c1", host.Approval{Action: record.AnswerReject, Message: "not today"})
+	e.waiting(run, "c2")
+	if got := e.tools["ask_a"].calls(); len(got) != 0 {
+		t.Fatalf("edited call made before the run resumed: %v", got)
+	}
+	res := e.answer(run, "c2", host.Approval{Action: record.AnswerRespond, Message: "it is 42"})
+	if !res.Resumed {
+		t.Fatalf("last answer: %+v", res)
+	}
+	out := e.result(run)
+	want := []string{`call:c0{"n":42}`, "result:c0=ask_a-ok", "result:c1=not today", "result:c2=it is 42", "result:c3=no deny_d"}
+	for _, w := range want {
+		if out.Answer == nil || !strings.Contains(out.Answer.Content, w) {
+			t.Fatalf("answer %q lacks %q", answer(out), w)
+		}
+	}
+	if got, want := e.tools["ask_a"].calls(), []string{key(run, 0) + ` {"n":42}`}; !slices.Equal(got, want) {
+		t.Fatalf("edited call made %v, want %v", got, want)
+	}
+	for _, n := range []string{"ask_b", "ask_c", "deny_d"} {
+		if got := e.tools[n].calls(); len(got) != 0 {
+			t.Fatalf("%s made: %v", n, got)
+		}
+	}
+	// The history's tool call shows what ran.
+	hist, err := e.rt.History(context.Background(), "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(hist, func(m record.Message) bool { return len(m.ToolCalls) > 0 })
+	if i < 0 || hist[i].ToolCalls[0].Arguments != `{"n":42}` {
+		t.Fatalf("history %+v", hist)
+	}
+}
+
+func TestApprovalTwoApprovals(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask2_refund"}, nil)
+	run := e.submit("T", "refund", "")
+	e.waiting(run, "c0")
+	if res := e.answer(run, "c0", approve("alice")); res.Decided {
+		t.Fatalf("first of two approvals decided: %+v", res)
+	}
+	if res := e.answer(run, "c0", approve("alice")); !res.Duplicate {
+		t.Fatalf("the same approval again counted: %+v", res)
+	}
+	pend := e.waiting(run, "c0")
+	if pend[0].Approved != 1 || pend[0].Approvals != 2 {
+		t.Fatalf("pending %+v", pend[0])
+	}
+	if res := e.answer(run, "c0", approve("bob")); !res.Resumed {
+		t.Fatalf("second approval: %+v", res)
+	}
+	e.result(run)
+	if got := e.tools["ask2_refund"].calls(); len(got) != 1 {
+		t.Fatalf("calls %v", got)
+	}
+}
+
+func TestApprovalWaitingRunReleasesItsWorker(t *testing.T) {
+	// One worker: had a waiting run held it, no second run would start.
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x"}, func(c *host.Config) { c.MaxConcurrentRuns = 1 })
+	var runs []string
+	for i := range 3 {
+		run := e.submit(fmt.Sprintf("T%d", i), "go", "")
+		e.waiting(run, "c0")
+		runs = append(runs, run)
+	}
+	for _, run := range runs {
+		e.answer(run, "c0", approve("k"))
+	}
+	for _, run := range runs {
+		if out := e.result(run); out.Answer == nil {
+			t.Fatalf("run %s: %+v", run, out)
+		}
+	}
+}
+
+func TestApprovalNotWaitingAndNoStepsStore(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"read"}, nil)
+	run := e.submit("T", "read it", "")
+	e.result(run)
+	if _, err := e.rt.Answer(context.Background(), run, "c0", approve("")); !errors.Is(err, host.ErrNotFound) {
+		t.Fatalf("answer to a call never asked about: %v", err)
+	}
+	// A store that keeps no steps cannot hold a waiting run: refused at
+	// start.
+	_, err := host.New(context.Background(), host.Config{Driver: noSteps{memdriver.New()}, Model: e.m, ToolPolicy: byName, Logger: quietLog})
+	if err == nil || !strings.Contains(err.Error(), "keeps none") {
+		t.Fatalf("no-steps store with a tool policy: %v", err)
+	}
+}
+
+// noSteps hides the driver's step records.
+type noSteps struct{ driver.Driver }
+
+func TestApprovalTimeout(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x", "ask_y"}, func(c *host.Config) { c.ApprovalTimeout = 300 * time.Millisecond })
+	run := e.submit("T", "slow", "")
+	e.waiting(run, "c0", "c1")
+	out := e.result(run) // no answer: the time limit rejects both
+	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=The call was not run: no answer within 300ms.") ||
+		!strings.Contains(out.Answer.Content, "result:c1=The call was not run") {
+		t.Fatalf("result %+v", out)
+	}
+	if got := e.tools["ask_x"].calls(); len(got) != 0 {
+		t.Fatalf("timed-out call made: %v", got)
+	}
+	if st := e.rt.Stats(); st.ApprovalTimeouts != 2 {
+		t.Fatalf("timeouts %d", st.ApprovalTimeouts)
+	}
+}
+
+func TestApprovalInterruptAndCancelWaitingRun(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x"}, nil)
+	run := e.submit("T", "first", "")
+	e.waiting(run, "c0")
+	next := e.submit("T", "stop that", "interrupt")
+	out := e.result(run)
+	if out.State != record.StateInterrupted {
+		t.Fatalf("interrupted waiting run: %+v", out)
+	}
+	steps, err := e.rt.Steps(context.Background(), run, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := steps[len(steps)-1]
+	if last.Kind != record.StepTool || last.Message.ToolCallID != "c0" || !strings.Contains(last.Message.Content, "not run") {
+		t.Fatalf("steps end with %+v", last)
+	}
+	// The next run starts, and waits in turn; an operator cancels it.
+	e.waiting(next, "c0")
+	if r, err := e.rt.Cancel(context.Background(), next); err != nil || r.TerminalReason != record.ReasonCanceled || len(r.Pending) != 0 {
+		t.Fatalf("cancel: %+v %v", r, err)
+	}
+	if _, err := e.rt.Answer(context.Background(), next, "c0", approve("")); !errors.Is(err, host.ErrNotWaiting) {
+		t.Fatalf("answer to a canceled run: %v", err)
+	}
+	if got := e.tools["ask_x"].calls(); len(got) != 0 {
+		t.Fatalf("calls %v", got)
+	}
+}
+
+func TestApprovalInjectTakenAfterTheWait(t *testing.T) {
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x"}, nil)
+	run := e.submit("T", "first", "")
+	e.waiting(run, "c0")
+	inj := e.submit("T", "also this", "inject")
+	// The thread is busy: the injected input waits in its queued run.
+	if r, err := e.rt.Run(context.Background(), inj); err != nil || r.State != record.StateQueued {
+		t.Fatalf("injected run: %+v %v", r, err)
+	}
+	e.answer(run, "c0", approve("k"))
+	out := e.result(run)
+	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=ask_x-ok user:also this") {
+		t.Fatalf("result %q", answer(out))
+	}
+	if r, _ := e.rt.Run(context.Background(), inj); r.TerminalReason != record.ReasonAbsorbed {
+		t.Fatalf("injected run %+v", r)
+	}
+}
+
+func TestApprovalRestartWhileWaiting(t *testing.T) {
+	d := memdriver.New()
+	e := newApprovalEnv(t, d, []string{"ask_x"}, nil)
+	run := e.submit("T", "survive", "")
+	e.waiting(run, "c0")
+	rep, err := e.rt.Close(context.Background())
+	if err != nil || !rep.Settled || !slices.Equal(rep.Waiting, []string{run}) {
+		t.Fatalf("close report %+v %v", rep, err)
+	}
+	e.start() // a new process on the same store
+	pend := e.waiting(run, "c0")
+	if pend[0].Tool != "ask_x" {
+		t.Fatalf("pending after restart %+v", pend)
+	}
+	r, _ := e.rt.Run(context.Background(), run)
+	if r.Attempt != 2 || r.Owner != e.rt.Epoch() {
+		t.Fatalf("run after restart %+v", r)
+	}
+	e.answer(run, "c0", approve("k"))
+	out := e.result(run)
+	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=ask_x-ok") {
+		t.Fatalf("result %+v", out)
+	}
+	if got, want := e.tools["ask_x"].calls(), []string{key(run, 0) + ` {"n":0}`}; !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+	// The model was called once per step: the restart called nothing.
+	if n := len(e.m.seen); n != 2 {
+		t.Fatalf("model calls %d", n)
+	}
+}
