@@ -463,6 +463,16 @@ func runRunsShow(args []string, stdout, stderr io.Writer) int {
 	if run.AbsorbedIntoRunID != "" {
 		fmt.Fprintf(stdout, "absorbed  into %s\n", run.AbsorbedIntoRunID)
 	}
+	for _, p := range run.PendingApprovals {
+		fmt.Fprintf(stdout, "waiting   call %s: %s %s", p.CallID, p.Tool, string(p.Arguments))
+		if p.Approvals > 1 {
+			fmt.Fprintf(stdout, " (%d of %d approvals)", p.Approved, p.Approvals)
+		}
+		fmt.Fprintf(stdout, ", until %s\n          %s\n", p.Deadline.Format(time.RFC3339), p.Prompt)
+	}
+	if len(run.PendingApprovals) > 0 {
+		fmt.Fprintf(stdout, "          answer with: agenthost approve|reject|respond %s CALL\n", run.ID)
+	}
 	if run.Error != "" {
 		fmt.Fprintf(stdout, "error     %s\n", run.Error)
 	}

@@ -69,6 +69,9 @@ type Config struct {
 	// ToolPolicy decides which tool calls run, are refused, or wait for a
 	// person's approval.
 	ToolPolicy ToolPolicyConfig `yaml:"tool_policy"`
+	// ApprovalTimeout is how long a tool call the tool policy asks about
+	// waits for an answer; past it the call is rejected.
+	ApprovalTimeout time.Duration `yaml:"approval_timeout" env:"AGENTHOST_APPROVAL_TIMEOUT"`
 	// MCPServers are the MCP servers whose tools the model is offered
 	// (env AGENTHOST_MCP_SERVERS: a JSON list of the same objects).
 	MCPServers []MCPServer `yaml:"mcp_servers"`
@@ -134,7 +137,7 @@ func defaults() Config {
 		Listen: "127.0.0.1:7070", Data: "./agenthost-data", Store: "badgerstore", Policy: "refine", Model: "scripted",
 		HistoryWindow: store.DefaultHistoryWindow, MaxSteps: 16, MaxConcurrentRuns: 64, MaxAttempts: 3, MaxBodyBytes: 1 << 20, ShutdownTimeout: 30 * time.Second,
 		DriverStopTimeout: 15 * time.Second, DriverCallTimeout: driverhost.DefaultCallTimeout, AutoCertify: true,
-		LogFormat: "text", LogLevel: "info", ToolTimeout: 60 * time.Second,
+		LogFormat: "text", LogLevel: "info", ToolTimeout: 60 * time.Second, ApprovalTimeout: 24 * time.Hour,
 		OpenAI: OpenAIConfig{BaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second, MaxRetries: 2, MaxRetryDelay: 8 * time.Second},
 	}
 }
@@ -198,6 +201,8 @@ func loadConfig(path string, env func(string) (string, bool), fs *flag.FlagSet, 
 			cfg.MCPServers = flagCfg.MCPServers
 		case "tool-timeout":
 			cfg.ToolTimeout = flagCfg.ToolTimeout
+		case "approval-timeout":
+			cfg.ApprovalTimeout = flagCfg.ApprovalTimeout
 		case "openai-base-url":
 			cfg.OpenAI.BaseURL = flagCfg.OpenAI.BaseURL
 		case "openai-model":
@@ -328,6 +333,9 @@ func (c Config) validate() error {
 	}
 	if c.OpenAI.Timeout <= 0 || c.OpenAI.MaxRetries < 0 || c.OpenAI.MaxRetryDelay <= 0 {
 		errs = append(errs, errors.New("openai.timeout and openai.max_retry_delay must be positive, openai.max_retries not negative"))
+	}
+	if c.ApprovalTimeout <= 0 {
+		errs = append(errs, errors.New("approval_timeout must be positive"))
 	}
 	if c.ToolTimeout <= 0 {
 		errs = append(errs, errors.New("tool_timeout must be positive"))

@@ -60,6 +60,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	fs.Var(hookConfigFlag{&fc.PrepareStep}, "prepare-step-config", "configuration (JSON) of the --prepare-step just before")
 	fs.Var(mcpFlag{&fc.MCPServers}, "mcp", "MCP tool server: NAME=COMMAND [ARG...] (stdio) or NAME=http(s)://URL (repeatable)")
 	fs.DurationVar(&fc.ToolTimeout, "tool-timeout", 0, "time limit of a tool call with none of its own (default 60s)")
+	fs.DurationVar(&fc.ApprovalTimeout, "approval-timeout", 0, "how long a tool call the tool policy asks about waits for an answer before it is rejected (default 24h)")
 	fs.StringVar(&fc.OpenAI.BaseURL, "openai-base-url", "", "model openai: the API root (default https://api.openai.com/v1)")
 	fs.StringVar(&fc.OpenAI.Model, "openai-model", "", "model openai: the model name")
 	fs.DurationVar(&fc.OpenAI.Timeout, "openai-timeout", 0, "model openai: time limit of each request (default 120s)")
@@ -316,6 +317,13 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	if err != nil {
 		return err
 	}
+	toolPol, toolPolMod, err := loadToolPolicy(ctx, eng, cfg.ToolPolicy, log)
+	if err != nil {
+		return err
+	}
+	if toolPol != nil {
+		log.Info("tool policy: tool calls are decided before they run", "module", cfg.ToolPolicy.Module, "approval_timeout", cfg.ApprovalTimeout)
+	}
 	mdl, tools, err := newModel(cfg)
 	if err != nil {
 		return err
@@ -353,6 +361,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 		Model: observe.Model(mdl, modelName(cfg), callMetrics, tel.tracer), Tools: observe.Tools(tools, callMetrics, tel.tracer), System: cfg.System, ToolTimeout: cfg.ToolTimeout,
 		HistoryWindow: cfg.HistoryWindow, MaxSteps: cfg.MaxSteps, MaxConcurrentRuns: cfg.MaxConcurrentRuns, MaxAttempts: cfg.MaxAttempts, Logger: log,
 		LeaseTTL: cfg.LeaseTTL, PollInterval: cfg.PollInterval, HostName: cfg.HostName, ObserveCommit: latency.Observe,
+		ToolPolicy: toolPol, ApprovalTimeout: cfg.ApprovalTimeout,
 	})
 	if err != nil {
 		return err
@@ -371,7 +380,7 @@ func serve(ctx context.Context, cfg Config, noConfig bool, log *slog.Logger, kil
 	srv := &http.Server{
 		Handler: console.Mount(httpapi.New(rt, httpapi.Options{
 			MaxBodyBytes: cfg.MaxBodyBytes, Token: cfg.Token, Logger: log, DriverRestarts: restarts, CommitLatency: &latency,
-			Collectors: append(driverMetrics(pd), guestMetrics(pol, hookMods), callMetrics), TracerProvider: tel.provider(), AccessLog: cfg.AccessLog,
+			Collectors: append(driverMetrics(pd), guestMetrics(pol, hookMods, toolPolMod), callMetrics), TracerProvider: tel.provider(), AccessLog: cfg.AccessLog,
 		})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}

@@ -11,13 +11,16 @@ import (
 // guestMetrics returns the /metrics collector of the wasm guests serve
 // loaded (the policy, if it is a module, and the prepareStep hooks): their
 // calls, failures and fallbacks by module and hook.
-func guestMetrics(pol policy.Policy, hooks []*wasm.Module) prometheus.Collector {
+func guestMetrics(pol policy.Policy, hooks []*wasm.Module, toolPol *wasm.Module) prometheus.Collector {
 	var mods []wasm.Hooked
 	if m, ok := pol.(*wasm.Module); ok {
 		mods = append(mods, wasm.Hooked{Hook: wasm.HookPolicy, Module: m})
 	}
 	for _, m := range hooks {
 		mods = append(mods, wasm.Hooked{Hook: wasm.HookPrepareStep, Module: m})
+	}
+	if toolPol != nil {
+		mods = append(mods, wasm.Hooked{Hook: wasm.HookToolPolicy, Module: toolPol})
 	}
 	return wasm.Collector(mods)
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/agenthost/agenthost/host/httpapi"
+)
+
+func init() {
+	register("approve", "approve a tool call a waiting run waits on (--edit: with other arguments)", runApprove)
+	register("reject", "reject a tool call a waiting run waits on: it is not run", runReject)
+	register("respond", "answer a tool call a waiting run waits on in the tool's place", runRespond)
+}
+
+func runApprove(args []string, stdout, stderr io.Writer) int {
+	var c clientFlags
+	fs := newFlagSet("approve", "approve RUN CALL [--edit JSON] [--key K]", `agenthost approve run_0193… call_1 --edit '{"path": "/tmp/x"}'`, stderr)
+	c.register(fs)
+	edit := fs.String("edit", "", "run the call with these arguments instead (a JSON object)")
+	key := fs.String("key", "", "idempotency key: retrying with it is safe")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return exitUsage
+	}
+	req := httpapi.ApprovalRequest{Action: "approve", Key: *key}
+	if *edit != "" {
+		if !json.Valid([]byte(*edit)) || !strings.HasPrefix(strings.TrimSpace(*edit), "{") {
+			fmt.Fprintln(stderr, "agenthost approve: --edit must be a JSON object, e.g. '{\"path\": \"/tmp/x\"}'")
+			return exitUsage
+		}
+		req.Action, req.Arguments = "edit", json.RawMessage(*edit)
+	}
+	return answerCall(&c, pos[0], pos[1], req, stdout, stderr)
+}
+
+func runReject(args []string, stdout, stderr io.Writer) int {
+	var c clientFlags
+	fs := newFlagSet("reject", "reject RUN CALL [--message TEXT] [--key K]", `agenthost reject run_0193… call_1 --message "not this folder"`, stderr)
+	c.register(fs)
+	msg := fs.String("message", "", "what the model sees as the tool's result (default: a text saying a person rejected the call)")
+	key := fs.String("key", "", "idempotency key: retrying with it is safe")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return exitUsage
+	}
+	return answerCall(&c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "reject", Message: *msg, Key: *key}, stdout, stderr)
+}
+
+func runRespond(args []string, stdout, stderr io.Writer) int {
+	var c clientFlags
+	fs := newFlagSet("respond", "respond RUN CALL --message TEXT [--key K]", `agenthost respond run_0193… call_1 --message "the answer is 42"`, stderr)
+	c.register(fs)
+	msg := fs.String("message", "", "the answer the model sees in the tool's place (required)")
+	key := fs.String("key", "", "idempotency key: retrying with it is safe")
+	pos, code, ok := parse(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 || strings.TrimSpace(*msg) == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	return answerCall(&c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "respond", Message: *msg, Key: *key}, stdout, stderr)
+}
+
+// answerCall posts an answer and prints what was recorded.
+func answerCall(c *clientFlags, run, call string, req httpapi.ApprovalRequest, stdout, stderr io.Writer) int {
+	var out httpapi.ApprovalReply
+	path := "/v1/runs/" + url.PathEscape(run) + "/approvals/" + url.PathEscape(call)
+	if _, err := c.do(context.Background(), "POST", path, req, nil, &out); err != nil {
+		return clientErr(stderr, err)
+	}
+	if c.jsonOut {
+		printJSON(stdout, out)
+		return exitOK
+	}
+	what := "recorded"
+	if out.Duplicate {
+		what = "already recorded"
+	}
+	fmt.Fprintf(stdout, "%s: %s of call %s; run %s is %s", what, out.Answer.Action, out.Answer.CallID, out.Run.ID, out.Run.State)
+	if len(out.Run.PendingCallIDs) > 0 {
+		fmt.Fprintf(stdout, " (still waiting on %s)", strings.Join(out.Run.PendingCallIDs, ", "))
+	}
+	fmt.Fprintln(stdout)
+	return exitOK
+}
