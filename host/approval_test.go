@@ -249,6 +249,49 @@ func TestApprovalApproveRunsOnceWithItsKey(t *testing.T) {
 	if got := e.tools["ask_delete"].calls(); len(got) != 1 {
 		t.Fatalf("calls after the repeats: %v", got)
 	}
+	// The live events and those derived from the records tell the wait.
+	for _, typ := range []host.EventType{host.EventWaiting, host.EventApproval, host.EventResumed} {
+		e.waitEvent(run, typ)
+	}
+	evs, _, err := e.rt.RunEvents(context.Background(), run, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case host.EventWaiting:
+			types = append(types, "waiting:"+ev.Data["call_ids"])
+		case host.EventApproval:
+			types = append(types, "approval:"+ev.Data["call_id"]+":"+ev.Data["action"]+":"+ev.Data["decided"])
+		case host.EventResumed, host.EventTerminal:
+			types = append(types, string(ev.Type))
+		}
+	}
+	if want := []string{"waiting:c0", "approval:c0:approve:true", "resumed", "terminal"}; !slices.Equal(types, want) {
+		t.Fatalf("durable events %v, want %v", types, want)
+	}
+}
+
+// waitEvent waits until run has a live event of type typ.
+func (e *approvalEnv) waitEvent(runID string, typ host.EventType) {
+	e.t.Helper()
+	deadline := time.After(timeout)
+	var seq int64
+	for {
+		evs, more := e.rt.Events(runID, seq)
+		for _, ev := range evs {
+			seq = ev.Seq
+			if ev.Type == typ {
+				return
+			}
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			e.t.Fatalf("run %s: no %s event", runID, typ)
+		}
+	}
 }
 
 func TestApprovalEditRejectRespondDeny(t *testing.T) {

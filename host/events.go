@@ -11,6 +11,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/host/runstate"
 )
 
 // EventType names what happened to a run.
@@ -203,7 +204,10 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 	}
 	toolNames := map[string]string{}
 	last := int64(0)
-	for _, st := range steps {
+	asks := map[string]record.Ask{}
+	answers := map[string][]record.Answer{}
+	var waitingFor []string // the asks of the current wait, in order
+	for i, st := range steps {
 		base := st.Seq * eventSlots
 		last = st.Seq
 		starts(base, st.Attempt, st.CreatedAt)
@@ -230,6 +234,30 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 					add(base+k, EventInputTaken, st.CreatedAt, map[string]string{"input_message_id": id, "from_run_id": tk.RunID, "step": step})
 					k++
 				}
+			}
+		case record.StepAsk:
+			// One waiting event per wait: at the last of its asks (they are
+			// committed together).
+			asks[st.Ask.CallID] = st.Ask
+			waitingFor = append(waitingFor, st.Ask.CallID)
+			if i+1 == len(steps) || steps[i+1].Kind != record.StepAsk {
+				add(base+k, EventWaiting, st.CreatedAt, map[string]string{"call_ids": strings.Join(waitingFor, ","), "step": step})
+			}
+		case record.StepAnswer:
+			a := st.Answer
+			answers[a.CallID] = append(answers[a.CallID], a)
+			_, decided := runstate.Decided(asks[a.CallID], answers[a.CallID])
+			add(base+k, EventApproval, st.CreatedAt, map[string]string{"call_id": a.CallID, "action": string(a.Action), "decided": strconv.FormatBool(decided)})
+			k++
+			all := decided
+			for _, id := range waitingFor {
+				if _, ok := runstate.Decided(asks[id], answers[id]); !ok {
+					all = false
+				}
+			}
+			if all {
+				waitingFor = nil
+				add(base+k, EventResumed, st.CreatedAt, map[string]string{"attempt": strconv.Itoa(st.Attempt)})
 			}
 		}
 	}

@@ -26,7 +26,9 @@ type Observer interface {
 
 // RunCounts are the runs in the store by state.
 type RunCounts struct {
-	Active, Queued int
+	// Active counts the active runs that are executing (or about to);
+	// Waiting the active runs that wait for answers to tool calls.
+	Active, Queued, Waiting int
 }
 
 // RunCounts counts the store's active and queued runs (of every host
@@ -34,11 +36,13 @@ type RunCounts struct {
 func (rt *Runtime) RunCounts(ctx context.Context) (RunCounts, error) {
 	var c RunCounts
 	for _, st := range []record.RunState{record.StateActive, record.StateQueued} {
-		for _, err := range rt.st.Runs(ctx, st) {
+		for r, err := range rt.st.Runs(ctx, st) {
 			if err != nil {
 				return RunCounts{}, speak(err)
 			}
-			if st == record.StateActive {
+			if Waiting(r) {
+				c.Waiting++
+			} else if st == record.StateActive {
 				c.Active++
 			} else {
 				c.Queued++

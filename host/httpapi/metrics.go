@@ -104,7 +104,9 @@ type runtimeCollector struct{ h *Handler }
 var (
 	descAdmissions = prometheus.NewDesc("agenthost_admissions_total", "Inputs admitted, by policy decision (start: the thread was idle).", []string{"decision"}, nil)
 	descTerminal   = prometheus.NewDesc("agenthost_runs_terminal_total", "Runs ended, by terminal reason.", []string{"reason"}, nil)
-	descRuns       = prometheus.NewDesc("agenthost_runs", "Runs in the store by state (active, queued), counted at the scrape; absent when the store did not answer in time.", []string{"state"}, nil)
+	descRuns       = prometheus.NewDesc("agenthost_runs", "Runs in the store by state (active: executing; waiting: active in the store, waiting for answers to tool calls; queued), counted at the scrape; absent when the store did not answer in time.", []string{"state"}, nil)
+	descToolDec    = prometheus.NewDesc("agenthost_tool_decisions_total", "Tool calls decided by the tool policy, by decision (allow, deny, ask); a failed policy's fallback included.", []string{"decision"}, nil)
+	descAnswers    = prometheus.NewDesc("agenthost_approval_answers_total", "Answers recorded to tool calls a run waited on, by action (approve, edit, reject, respond; the time limit's rejects included).", []string{"action"}, nil)
 	descInjectHook = prometheus.NewDesc("agenthost_inject_hook_installed", "1 if the injection hook is installed (the policy's manifest declares inject), else 0.", nil, nil)
 	plainCounters  = []struct {
 		desc *prometheus.Desc
@@ -119,6 +121,10 @@ var (
 		{prometheus.NewDesc("agenthost_leases_lost_total", "Leases this host lost (it paused or could not renew in time) and replaced.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.LeasesLost }},
 		{prometheus.NewDesc("agenthost_notices_sent_total", "Notices sent to other hosts (wake a thread's owner, a run settled).", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.NoticesSent }},
 		{prometheus.NewDesc("agenthost_notices_received_total", "Notices received from other hosts.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.NoticesReceived }},
+		{prometheus.NewDesc("agenthost_tool_policy_failures_total", "Tool policy calls that failed and were answered by the fallback.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.ToolPolicyFailures }},
+		{prometheus.NewDesc("agenthost_runs_waited_total", "Times a run began waiting for answers to tool calls.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.Waits }},
+		{prometheus.NewDesc("agenthost_runs_resumed_total", "Waiting runs executed again once their calls were answered.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.Resumes }},
+		{prometheus.NewDesc("agenthost_approval_timeouts_total", "Tool calls rejected because no answer came within approval_timeout.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.ApprovalTimeouts }},
 		{prometheus.NewDesc("agenthost_commit_errors_total", "Terminal commits that failed and were retried.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.CommitErrors }},
 		{prometheus.NewDesc("agenthost_driver_restarts_total", "Store driver subprocess restarts.", nil, nil), func(_ host.Stats, h *Handler) int64 {
 			if h.opt.DriverRestarts == nil {
@@ -133,6 +139,8 @@ func (c runtimeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAdmissions
 	ch <- descTerminal
 	ch <- descRuns
+	ch <- descToolDec
+	ch <- descAnswers
 	ch <- descInjectHook
 	for _, p := range plainCounters {
 		ch <- p.desc
@@ -146,6 +154,12 @@ func (c runtimeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range st.Terminal {
 		ch <- prometheus.MustNewConstMetric(descTerminal, prometheus.CounterValue, float64(v), k)
+	}
+	for k, v := range st.ToolDecisions {
+		ch <- prometheus.MustNewConstMetric(descToolDec, prometheus.CounterValue, float64(v), k)
+	}
+	for k, v := range st.Answers {
+		ch <- prometheus.MustNewConstMetric(descAnswers, prometheus.CounterValue, float64(v), k)
 	}
 	hook := 0.0
 	if st.InjectHook {
@@ -164,6 +178,7 @@ func (c runtimeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(counts.Active), "active")
 	ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(counts.Queued), "queued")
+	ch <- prometheus.MustNewConstMetric(descRuns, prometheus.GaugeValue, float64(counts.Waiting), "waiting")
 }
 
 // metrics serves the registry in the Prometheus text format (or the format
