@@ -22,9 +22,10 @@ var brokenStepDrivers = map[string][]string{
 	"steps-ignore-owner": {"steps.cond-owner"},
 	// Moving the version makes the host's next commit of the thread
 	// conflict: the cases that commit after steps fail there too.
-	"steps-move-version":  {"steps.batch-next-seq", "steps.commit", "steps.version-unchanged"},
+	"steps-move-version":  {"steps.approval", "steps.batch-next-seq", "steps.commit", "steps.version-unchanged"},
 	"steps-any-seq":       {"steps.next-seq", "steps.one-winner"},
-	"batch-steps-dropped": {"steps.batch-next-seq"},
+	"batch-steps-dropped": {"steps.approval", "steps.batch-next-seq"},
+	"approval-dropped":    {"steps.approval"},
 	"batch-steps-apart":   {"steps.batch-atomic"},
 	"threads-unsorted":    {"threads.list-order"},
 }
@@ -132,6 +133,17 @@ func (b *brokenSteps) Commit(ctx context.Context, bt driver.Batch) (int64, error
 	switch b.name {
 	case "batch-steps-dropped":
 		bt.Steps = nil // writes the rest of the batch, no steps, and checks none
+	case "approval-dropped":
+		// An older build: it keeps neither a run's Pending nor an ask's or
+		// answer's fields (its steps read back as bare records).
+		bt.Runs = slices.Clone(bt.Runs)
+		for i := range bt.Runs {
+			bt.Runs[i].Pending = nil
+		}
+		bt.Steps = slices.Clone(bt.Steps)
+		for i := range bt.Steps {
+			bt.Steps[i].Ask, bt.Steps[i].Answer = record.Ask{CallID: bt.Steps[i].Ask.CallID, Tool: bt.Steps[i].Ask.Tool}, record.Answer{CallID: bt.Steps[i].Answer.CallID, Action: bt.Steps[i].Answer.Action}
+		}
 	case "batch-steps-apart":
 		// Writes the steps first, on their own (checked as CommitSteps
 		// checks them, as their runs' stored owners), then the rest: a

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
@@ -25,12 +26,18 @@ func init() {
 		testCase{"steps", "conditions", TierBasic, false, testStepConditions},
 		testCase{"steps", "batch", TierBasic, false, testBatchSteps},
 		testCase{"steps", "one-winner", TierBasic, false, testStepsOneWinner},
+		testCase{"steps", "approval", TierBasic, false, testStepsApproval},
 		testCase{"threads", "list", TierBasic, false, testListThreads},
 		testCase{"durability", "steps-survive-kill", TierDurable, false, testStepsSurviveKill},
 		testCase{"leases", "fenced-steps", TierLeases, false, testFencedSteps},
 		testCase{"leases", "fenced-steps-owner", TierLeases, false, testFencedStepsOwner},
 	)
 }
+
+// LacksApproval says what a driver that drops the records of tool-call
+// approval (suite 1.4) lacks, and what a host does with it.
+const LacksApproval = "the driver does not keep Run.Pending, Step.Ask or Step.Answer (ask and answer steps, added with suite 1.4): " +
+	"rebuild it with the current sdk/storedriver and abi/record; a host on it cannot keep a run that waits for a tool call's approval"
 
 // protocolSkip begins the message of a case skipped because the driver
 // speaks store protocol 1.
@@ -481,3 +488,68 @@ func testFencedStepsOwner(c *C) {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// testStepsApproval: the records of a run that waits for approval, the
+// ask and answer steps (in versioned batches) and the run's Pending list,
+// are kept whole.
+func testStepsApproval(c *C) {
+	d := c.sharedInstance()
+	ss, _ := c.steps(d)
+	th := c.thread(d, "steps-approval")
+	r := th.activeRun("steps.commit", "ap-r1")
+	c.ok("steps.commit", "CommitSteps 1", ss.CommitSteps(c.ctx, storedrivertest.StepBatchOf(r, storedrivertest.Step(r, 1))))
+	want := storedrivertest.Steps(r, 1, 1)
+	deadline := storedrivertest.T0.Add(24 * time.Hour)
+	ask := func(seq int64, call string) record.Step {
+		return record.Step{ID: fmt.Sprintf("ap-ask-%d", seq), RunID: r.ID, ThreadID: r.ThreadID, Seq: seq, Attempt: r.Attempt, Kind: record.StepAsk,
+			Ask:       record.Ask{CallID: call, Tool: "fs_delete", Server: "files", Arguments: `{"path":"/tmp/x"}`, Prompt: "Delete /tmp/x?", Approvals: 2, Deadline: deadline},
+			CreatedAt: storedrivertest.T0}
+	}
+	waiting := r
+	waiting.Pending = []string{"call-1", "call-2"}
+	b := th.Batch(th.Open, []record.Run{waiting}, nil, nil)
+	b.Steps = []record.Step{ask(2, "call-1"), ask(3, "call-2")}
+	if _, err := d.Commit(c.ctx, b); err != nil {
+		c.Fatalf("steps.approval", "a batch with ask steps and the run's Pending: %v (%s)", err, LacksApproval)
+	}
+	th.Committed(b)
+	want = append(want, b.Steps...)
+	c.expectApproval(d, ss, waiting, want)
+
+	answer := record.Step{ID: "ap-answer-4", RunID: r.ID, ThreadID: r.ThreadID, Seq: 4, Attempt: r.Attempt, Kind: record.StepAnswer,
+		Answer: record.Answer{CallID: "call-2", Action: record.AnswerEdit, Arguments: `{"path":"/tmp/y"}`, Key: "k-1"}, CreatedAt: storedrivertest.T0}
+	waiting.Pending = []string{"call-1"}
+	b = th.Batch(th.Open, []record.Run{waiting}, nil, nil)
+	b.Steps = []record.Step{answer}
+	if _, err := d.Commit(c.ctx, b); err != nil {
+		c.Fatalf("steps.approval", "a batch with an answer step: %v (%s)", err, LacksApproval)
+	}
+	th.Committed(b)
+	want = append(want, answer)
+	c.expectApproval(d, ss, waiting, want)
+	// Pending emptied: the run reads back with none.
+	waiting.Pending = nil
+	th.commit("steps.approval", th.Batch(th.Open, []record.Run{waiting}, nil, nil))
+	c.expectApproval(d, ss, waiting, want)
+}
+
+// expectApproval fails steps.approval unless run r and its step log read
+// back as written, through LoadThread, GetRuns and ReadSteps.
+func (c *C) expectApproval(d driver.Driver, ss driver.StepStore, r record.Run, want []record.Step) {
+	snap, err := d.LoadThread(c.ctx, r.ThreadID)
+	if err != nil || len(snap.Runs) == 0 || !sameRun(snap.Runs[0], r) {
+		var got []string
+		if err == nil && len(snap.Runs) > 0 {
+			got = snap.Runs[0].Pending
+		}
+		c.Fatalf("steps.approval", "LoadThread(%s): the run's Pending is %q (%v), want %q (%s)", r.ThreadID, got, err, r.Pending, LacksApproval)
+	}
+	runs, err := d.GetRuns(c.ctx, []string{r.ID})
+	if err != nil || len(runs) != 1 || !sameRun(runs[0], r) {
+		c.Fatalf("steps.approval", "GetRuns(%s) = %+v, %v; want Pending %q (%s)", r.ID, runs, err, r.Pending, LacksApproval)
+	}
+	got, err := ss.ReadSteps(c.ctx, r.ID, 0, 1000)
+	if err != nil || !sameSteps(got, want) {
+		c.Fatalf("steps.approval", "ReadSteps(%s) = %+v, %v; want the ask and answer steps as written (%s)", r.ID, got, err, LacksApproval)
+	}
+}
