@@ -385,7 +385,11 @@ func (rt *Runtime) armWaiting(ctx context.Context, run record.Run, steps []recor
 	if steps == nil {
 		var err error
 		if steps, err = rt.st.ReadSteps(ctx, run.ID, 0, 0); err != nil {
-			rt.log.Warn("reading a waiting run's steps failed; its deadline is armed at the next poll or start", "run", run.ID, "err", err)
+			// Its deadline is found again shortly: expireWaiting reads the
+			// run and its steps, and arms the timer again.
+			rt.log.Warn("reading a waiting run's steps failed; trying again shortly", "run", run.ID, "err", err)
+			id := run.ID
+			rt.waits.arm(id, 5*time.Second, func() { rt.expireWaiting(id) })
 			return
 		}
 	}

@@ -332,7 +332,15 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		// owner's run is moved on by recovery (at the next start, or by its
 		// host).
 		snap, lerr := rt.st.Thread(ctx, thread)
-		if lerr != nil || len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
+		if lerr != nil {
+			if ctx.Err() == nil {
+				// The active run may be this host's to resume or to wait.
+				rt.log.Warn("reading the thread's active run failed; retrying the thread shortly", "thread", thread, "err", lerr)
+				time.AfterFunc(time.Second, func() { rt.coord.kick(thread) })
+			}
+			return false
+		}
+		if len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
 			return false
 		}
 		run = snap.Runs[0]

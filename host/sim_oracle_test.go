@@ -68,6 +68,10 @@ type oracle struct {
 	callKeys   map[string]string         // run/call id → the key its executions carried
 	answeredBy map[string]string         // input content → the completed run whose answer holds it
 	contentRun map[string]string         // input content → its run
+	takeovers  map[string]int            // run → times a waiting run was taken over (attempt+1, no start)
+	asked      map[string]bool           // idempotency key → the tool policy asked about the call
+	decision   map[string]record.Answer  // idempotency key → the answer that decided it
+	decidedAt  map[string]int64          // idempotency key → when
 }
 
 type modelCall struct {
@@ -87,7 +91,8 @@ type toolExec struct {
 func newOracle(maxAttempts int) *oracle {
 	return &oracle{maxAttempts: maxAttempts, runs: map[string]record.Run{}, inputs: map[string][]record.Message{}, starts: map[string]int{}, owners: map[string]string{},
 		modelSteps: map[string]int64{}, toolSteps: map[string]int64{}, toolBy: map[string]string{}, toolRuns: map[string]int{}, gone: map[string]int64{}, lastCall: map[string]record.Message{}, finals: map[string]string{},
-		callKeys: map[string]string{}, answeredBy: map[string]string{}, contentRun: map[string]string{}}
+		callKeys: map[string]string{}, answeredBy: map[string]string{}, contentRun: map[string]string{},
+		takeovers: map[string]int{}, asked: map[string]bool{}, decision: map[string]record.Answer{}, decidedAt: map[string]int64{}}
 }
 
 // stepsApplied records step records the store underneath applied (alone, or
@@ -111,6 +116,27 @@ func (o *oracle) stepsApplied(epoch string, steps []record.Step) {
 			}
 			key := model.Call{RunID: st.RunID, Step: st.Model, Index: i}.IdempotencyKey()
 			o.toolSteps[key], o.toolBy[key] = o.clock, epoch
+		case record.StepAsk, record.StepAnswer:
+			id := st.Ask.CallID
+			if st.Kind == record.StepAnswer {
+				id = st.Answer.CallID
+			}
+			i := slices.IndexFunc(o.lastCall[st.RunID].ToolCalls, func(c record.ToolCall) bool { return c.ID == id })
+			if i < 0 {
+				o.failf("approval: run %s committed a %s step about tool call %s, which its last model step did not ask for", st.RunID, st.Kind, id)
+				continue
+			}
+			key := model.Call{RunID: st.RunID, Step: st.Model, Index: i}.IdempotencyKey()
+			switch {
+			case st.Kind == record.StepAsk:
+				o.asked[key] = true
+			case !o.asked[key]:
+				o.failf("approval: run %s committed an answer to tool call %s, never asked about", st.RunID, id)
+			default:
+				if _, ok := o.decision[key]; !ok { // approvals 1: the first answer decides
+					o.decision[key], o.decidedAt[key] = st.Answer, o.clock
+				}
+			}
 		}
 	}
 }
@@ -200,6 +226,16 @@ func (o *oracle) judgeCalls() {
 		if ok && at < e.at && (e.epoch != by || e.nth > 1) && !late {
 			o.failf("I9: tool call %s was made again (call %d of process %s) after its result was committed by process %s", key, e.nth, e.epoch, by)
 		}
+		o.mu.Lock()
+		asked, d, dAt := o.asked[key], o.decision[key], o.decidedAt[key]
+		o.mu.Unlock()
+		switch {
+		case !asked || late:
+		case dAt == 0 || dAt > e.at:
+			o.failf("approval: tool call %s was made (by process %s) before a person answered it", key, e.epoch)
+		case d.Action == record.AnswerReject || d.Action == record.AnswerRespond:
+			o.failf("approval: tool call %s was made (by process %s), though it was answered %s", key, e.epoch, d.Action)
+		}
 		id := e.call.RunID + "/" + e.call.ID
 		if k, seen := o.callKeys[id]; seen && k != key {
 			o.failf("I10: tool call %s was executed with key %s, and before with %s", id, key, k)
@@ -279,6 +315,11 @@ func (o *oracle) batch(b driver.Batch) {
 			o.failf("I1: run %s ended %s/%s is written again as %s/%s (batch %s)", r.ID, prev.State, prev.TerminalReason, r.State, r.TerminalReason, b.CommitID)
 		case r.State == record.StateActive && (!had || prev.State == record.StateQueued):
 			o.started(b, r, queue, written)
+		case r.State == record.StateActive && prev.Owner == r.Owner && prev.Attempt == r.Attempt:
+			// A wait or an answer: only its pending calls change.
+		case r.State == record.StateActive && len(prev.Pending) > 0 && slices.Equal(prev.Pending, r.Pending) && r.Attempt == prev.Attempt+1:
+			// A waiting run taken over by another process: still waiting.
+			o.takeovers[r.ID]++
 		case r.State == record.StateActive:
 			o.failf("I6: run %s, already active under %s, is written active under %s", r.ID, prev.Owner, r.Owner)
 		case r.State == record.StateQueued && had && prev.State == record.StateActive:
@@ -306,7 +347,7 @@ func (o *oracle) batch(b driver.Batch) {
 		case prev.State != record.StateActive:
 			o.failf("I1: run %s went from %s to %s/%s without running", r.ID, prev.State, r.State, r.TerminalReason)
 		case strings.HasPrefix(r.Error, "abandoned after"):
-			if o.starts[r.ID] < o.maxAttempts {
+			if o.starts[r.ID]+o.takeovers[r.ID] < o.maxAttempts {
 				o.failf("recovery: run %s abandoned after %d starts, %d allowed", r.ID, o.starts[r.ID], o.maxAttempts)
 			}
 		case r.State == record.StateCompleted:

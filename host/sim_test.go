@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -23,6 +25,7 @@ import (
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/host/toolpolicy"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -113,11 +116,34 @@ type sim struct {
 	dead        map[string]bool // epochs of processes gone
 	threads     []string
 	maxAttempts int
+	approvalFor time.Duration
+	answers     []givenAnswer // answers the runtime accepted, to give again
 }
+
+// givenAnswer is an answer the runtime accepted (or whose outcome is
+// unknown: ok false).
+type givenAnswer struct {
+	run, call string
+	a         host.Approval
+	stepID    string
+	ok        bool
+}
+
+// simToolPolicy asks about the calls of about a third of the runs (by the
+// run's id: a policy is a function of the call), and allows the rest.
+var simToolPolicy = toolpolicy.Func(func(_ context.Context, c toolpolicy.Call) (toolpolicy.Decision, error) {
+	h := fnv.New32a()
+	h.Write([]byte(c.RunID))
+	if h.Sum32()%3 == 0 {
+		return toolpolicy.Decision{Verdict: toolpolicy.Ask, Prompt: "look it up?", Approvals: 1}, nil
+	}
+	return toolpolicy.Decision{Verdict: toolpolicy.Allow}, nil
+})
 
 func newSim(t *testing.T, seed uint64) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), mem: memdriver.New(), taken: map[string][]string{}, dead: map[string]bool{}, threads: []string{"T1", "T2", "T3"}}
 	s.maxAttempts = 1 + s.rng.IntN(3)
+	s.approvalFor = time.Duration(1+s.rng.IntN(4)) * time.Second
 	s.or = newOracle(s.maxAttempts)
 	// A quarter of the seeds run over a store without faults; the rest lose
 	// replies, refuse commits and fail reads, and half of those have
@@ -128,7 +154,7 @@ func newSim(t *testing.T, seed uint64) *sim {
 	case 2, 3:
 		s.faults = faultstore.Faults{LoseReply: 0.03, Refuse: 0.02, ReadFail: 0.01, Outage: 0.005, OutageFor: time.Duration(1+s.rng.IntN(8)) * 100 * time.Millisecond, GroupWindow: time.Millisecond}
 	}
-	s.logf("seed=%d max_attempts=%d faults=%+v", seed, s.maxAttempts, s.faults)
+	s.logf("seed=%d max_attempts=%d approval_timeout=%s faults=%+v", seed, s.maxAttempts, s.approvalFor, s.faults)
 	s.start()
 	return s
 }
@@ -157,7 +183,8 @@ func (s *sim) start() {
 		rt, err := host.New(context.Background(), host.Config{
 			Driver: s.fs, Policy: hintPolicy{}, Model: rec, Tools: []model.Tool{recordingTool{s.or, rec}},
 			MaxConcurrentRuns: 2, MaxAttempts: s.maxAttempts,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			ToolPolicy: simToolPolicy, ApprovalTimeout: s.approvalFor,
+			Logger: simLogger(),
 			NewID: func(p string) string {
 				id := fmt.Sprintf("%s%04d", p, s.ids.Add(1))
 				if p == "epoch" {
@@ -195,10 +222,14 @@ func (s *sim) play(ops int) {
 		switch n := s.rng.IntN(100); {
 		case n < 42:
 			s.submit()
-		case n < 70:
+		case n < 58:
 			d := time.Duration(s.rng.IntN(8)) * 25 * time.Millisecond
 			s.logf("advance %s", d)
 			time.Sleep(d)
+		case n < 68:
+			s.answer()
+		case n < 70:
+			s.answerAgain()
 		case n < 77:
 			s.cancel()
 		case n < 83:
@@ -251,6 +282,69 @@ func (s *sim) submit() {
 	default:
 		// I8: nothing else refuses a legitimate submission.
 		s.t.Fatalf("I8: submission %q with %s refused: %v", content, hint, err)
+	}
+}
+
+// answer answers a call a waiting run waits on, with a random action and
+// key.
+func (s *sim) answer() {
+	var waiting []record.Run
+	for r, err := range s.reader().Runs(context.Background(), record.StateActive) {
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if len(r.Pending) > 0 {
+			waiting = append(waiting, r)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	r := waiting[s.rng.IntN(len(waiting))]
+	call := r.Pending[s.rng.IntN(len(r.Pending))]
+	a := []host.Approval{
+		{Action: record.AnswerApprove},
+		{Action: record.AnswerEdit, Arguments: `{"q":"edited"}`},
+		{Action: record.AnswerReject, Message: "no"},
+		{Action: record.AnswerRespond, Message: "answered by a person"},
+	}[s.rng.IntN(4)]
+	if s.rng.IntN(3) > 0 {
+		a.Key = fmt.Sprintf("ak%d", s.ids.Add(1))
+	}
+	res, err := s.rt.Answer(context.Background(), r.ID, call, a)
+	s.logf("answer %s/%s %s key=%s -> dup=%v resumed=%v %v", r.ID, call, a.Action, a.Key, res.Duplicate, res.Resumed, err)
+	switch {
+	case err == nil:
+		s.answers = append(s.answers, givenAnswer{run: r.ID, call: call, a: a, stepID: res.Step.ID, ok: true})
+	case transientErr(err) || s.fs.Dead():
+		s.answers = append(s.answers, givenAnswer{run: r.ID, call: call, a: a})
+	case errors.Is(err, host.ErrAnswered), errors.Is(err, host.ErrNotWaiting):
+		// The time limit answered it, or the run ended, since it was read.
+	default:
+		s.t.Fatalf("answer %s/%s: %v", r.ID, call, err)
+	}
+}
+
+// answerAgain gives an answer again: with its key, the recorded one comes
+// back (whatever the run did since); without, it is the recorded answer or
+// refused as answered.
+func (s *sim) answerAgain() {
+	if len(s.answers) == 0 {
+		return
+	}
+	g := s.answers[s.rng.IntN(len(s.answers))]
+	res, err := s.rt.Answer(context.Background(), g.run, g.call, g.a)
+	s.logf("answer again %s/%s %s key=%s -> dup=%v %v", g.run, g.call, g.a.Action, g.a.Key, res.Duplicate, err)
+	switch {
+	case transientErr(err) || s.fs.Dead():
+	case !g.ok:
+		// Its first outcome is unknown: either it landed, or not.
+	case g.a.Key != "" && (err != nil || !res.Duplicate || res.Step.ID != g.stepID):
+		s.t.Fatalf("answer of %s/%s with key %s again: %+v %v; first recorded as step %s", g.run, g.call, g.a.Key, res, err, g.stepID)
+	case g.a.Key == "" && err == nil && !res.Duplicate:
+		s.t.Fatalf("answer of %s/%s again, without a key, recorded a second answer: %+v", g.run, g.call, res)
+	case g.a.Key == "" && err != nil && !errors.Is(err, host.ErrAnswered):
+		s.t.Fatalf("answer of %s/%s again: %v", g.run, g.call, err)
 	}
 }
 
@@ -388,6 +482,12 @@ func (s *sim) checkCloseReport(rep host.CloseReport) {
 			left++
 		}
 	}
+	for _, id := range rep.Waiting {
+		if r := s.run(id); r.State != record.StateActive || len(r.Pending) == 0 {
+			s.t.Fatalf("close report: waiting run %s is %s with pending %v", id, r.State, r.Pending)
+		}
+	}
+	left -= len(rep.Waiting)
 	if rep.Settled != (left == 0 && stillActive == len(rep.Abandoned)) || stillActive+len(rep.Queued) != left {
 		s.t.Fatalf("close report %+v, but %d runs are left", rep, left)
 	}
@@ -485,12 +585,24 @@ func (s *sim) drain() {
 			break
 		}
 		if i == 10000 {
+			for _, st := range []record.RunState{record.StateQueued, record.StateActive} {
+				for r := range s.reader().Runs(context.Background(), st) {
+					steps, _ := s.reader().ReadSteps(context.Background(), r.ID, 0, 0)
+					var kinds []string
+					for _, x := range steps {
+						kinds = append(kinds, fmt.Sprintf("%s@%d/%s%s%s", x.Kind, x.Attempt, x.Message.ToolCallID, x.Ask.CallID, x.Answer.CallID))
+					}
+					s.logf("left: %s %s owner=%s attempt=%d pending=%v steps=%v", r.ID, r.State, r.Owner, r.Attempt, r.Pending, kinds)
+				}
+			}
 			s.t.Fatalf("I1: %d runs never settled", left)
 		}
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
 	}
 	s.collectEvents(s.rt)
+	st := s.rt.Stats()
+	s.logf("last process: waits=%d resumes=%d approval timeouts=%d answers=%v", st.Waits, st.Resumes, st.ApprovalTimeouts, st.Answers)
 	s.check("at the end")
 	for _, in := range s.inputs {
 		if in.runID == "" {
@@ -601,4 +713,13 @@ func (s *sim) check(when string) {
 			t.Fatalf("I1 %s: input %q lost (run %+v)", when, in.content, r)
 		}
 	}
+}
+
+// simLogger is the runtimes' log: discarded, or with SIMLOG set (when
+// replaying a seed) written to stderr.
+func simLogger() *slog.Logger {
+	if os.Getenv("SIMLOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
