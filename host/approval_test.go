@@ -499,3 +499,44 @@ func TestApprovalRestartWhileWaiting(t *testing.T) {
 		t.Fatalf("model calls %d", n)
 	}
 }
+
+// Several hosts on one store: an answer given to a host that does not own
+// the run wakes its owner, which resumes it; a waiting run whose host
+// closed is taken over by another, still waiting, and answered there.
+func TestApprovalSharedStore(t *testing.T) {
+	for _, name := range sortedKeys(sharedStores) {
+		t.Run(name, func(t *testing.T) {
+			da, db := sharedStores[name](t)
+			shared := func(c *host.Config) { c.LeaseTTL, c.PollInterval = longLease, 30*time.Millisecond }
+			a := newApprovalEnv(t, da, []string{"ask_x"}, func(c *host.Config) { shared(c); c.HostName = "A" })
+			b := newApprovalEnv(t, db, []string{"ask_x"}, func(c *host.Config) { shared(c); c.HostName = "B" })
+			run := a.submit("T", "one", "")
+			a.waiting(run, "c0")
+			if res := b.answer(run, "c0", approve("k")); !res.Resumed {
+				t.Fatalf("answer on B: %+v", res)
+			}
+			out := a.result(run)
+			if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=ask_x-ok") {
+				t.Fatalf("result %+v", out)
+			}
+			if got := a.tools["ask_x"].calls(); len(got) != 1 || len(b.tools["ask_x"].calls()) != 0 {
+				t.Fatalf("calls on A %v, on B %v: want one, by the owner", got, b.tools["ask_x"].calls())
+			}
+
+			// A second run waits on A; A closes; B takes it over.
+			run2 := a.submit("T2", "two", "")
+			a.waiting(run2, "c0")
+			if rep, err := a.rt.Close(context.Background()); err != nil || !slices.Equal(rep.Waiting, []string{run2}) {
+				t.Fatalf("close A: %+v %v", rep, err)
+			}
+			eventually(t, "B takes the waiting run over", func() bool {
+				r, err := b.rt.Run(context.Background(), run2)
+				return err == nil && r.Owner == b.rt.Epoch() && host.Waiting(r)
+			})
+			b.answer(run2, "c0", approve("k"))
+			if out := b.result(run2); out.Answer == nil || len(b.tools["ask_x"].calls()) != 1 {
+				t.Fatalf("after the takeover: %+v, calls on B %v", out, b.tools["ask_x"].calls())
+			}
+		})
+	}
+}
