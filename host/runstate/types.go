@@ -190,8 +190,10 @@ type Cancel struct {
 // tool policy said ask for: each is a StepAsk step record (Asks, with their
 // ids, Seq consecutive from the next of the run's log, and Model set), and
 // the run's Pending lists their call ids. The run must be active under
-// Owner at Attempt and not waiting already. The thread's version moves, so
-// an answer, an admission and a cancel serialize with it.
+// Owner at Attempt and not waiting already; waiting for exactly these
+// calls, the wait landed before (a lost reply) and nothing is written. The
+// thread's version moves, so an answer, an admission and a cancel
+// serialize with it.
 type Wait struct {
 	ThreadID string
 	RunID    string

@@ -24,6 +24,11 @@ func wait(s Snapshot, m Wait) (Effects, error) {
 		return Effects{}, fmt.Errorf("%w: run %s is %s", ErrNotActive, m.RunID, run.State)
 	case run.Owner != m.Owner || run.Attempt != m.Attempt:
 		return Effects{}, fmt.Errorf("%w: run %s is attempt %d of %q, not attempt %d of %q", ErrNotOwner, m.RunID, run.Attempt, run.Owner, m.Attempt, m.Owner)
+	case len(run.Pending) > 0 && slices.Equal(run.Pending, askIDs(m.Asks)):
+		// This very wait landed already (its reply was lost): only this
+		// owner at this attempt sets Pending, once per model step.
+		r := cloneRun(run)
+		return Effects{Run: &r}, nil
 	case len(run.Pending) > 0:
 		return Effects{}, fmt.Errorf("%w: run %s waits already for %d calls", ErrInvalid, m.RunID, len(run.Pending))
 	}
@@ -63,6 +68,14 @@ func wait(s Snapshot, m Wait) (Effects, error) {
 		steps[k].CreatedAt = m.Now
 	}
 	return Effects{Thread: &t, RunRecords: []record.Run{r}, Steps: steps, Run: &r}, nil
+}
+
+func askIDs(asks []record.Step) []string {
+	ids := make([]string, len(asks))
+	for i, a := range asks {
+		ids[i] = a.Ask.CallID
+	}
+	return ids
 }
 
 // checkAnswer checks an answer's shape.
