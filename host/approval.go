@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -350,17 +349,6 @@ func (w *waitTimers) disarm(runID string) {
 		t.Stop()
 		delete(w.timers, runID)
 	}
-}
-
-func (w *waitTimers) armed() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var ids []string
-	for id := range w.timers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 func (w *waitTimers) close() {

@@ -258,15 +258,6 @@ func (c *coordinator) takeStopWaiting(thread, runID string) bool {
 	return true
 }
 
-// forgetStop forgets an interrupt of run runID once its execution ended.
-func (c *coordinator) forgetStop(thread, runID string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stopWaiting[thread] == runID {
-		delete(c.stopWaiting, thread)
-	}
-}
-
 // abandonOwner abandons the runs executing under owner.
 func (c *coordinator) abandonOwner(owner string) {
 	c.mu.Lock()

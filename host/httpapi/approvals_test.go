@@ -108,7 +108,7 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("steps %s", body)
 	}
 	// A run that waits for nothing any more.
-	resp, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"again"}`)
+	_, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"again"}`)
 	second := decode[httpapi.Admission](t, body).RunID
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		_, body = s.do(t, "GET", "/v1/runs/"+second, "")
@@ -121,5 +121,4 @@ func TestApprovals(t *testing.T) {
 	}
 	resp, body = s.do(t, "POST", "/v1/runs/"+second+"/approvals/"+run.PendingCallIDs[0], `{"action":"approve"}`)
 	wantProblem(t, resp, body, http.StatusConflict, "not_waiting")
-	_ = resp
 }
