@@ -418,9 +418,11 @@ func (e *execution) wait(asks []record.Step) callsOutcome {
 	}
 }
 
-// waitAgain ends an execution that found a call still waiting for its
-// answer (its run's Pending cleared and set again in between cannot
-// happen: an ask is answered only by a commit that removes it).
+// waitAgain ends an execution that found an asked call not decided yet
+// though its run's record listed no pending call. A wait writes the asks
+// and Pending in one commit, and only the answer that decides a call
+// removes it, so this does not happen; should a store return such
+// records, the run is left as it is rather than the call made unapproved.
 func (e *execution) waitAgain() callsOutcome {
 	e.rt.log.Warn("a resumed run found a call still waiting for its answer; it waits", "run", e.run.ID)
 	return callsWaiting
