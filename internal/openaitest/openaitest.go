@@ -1,6 +1,12 @@
 // Package openaitest is a fake OpenAI-compatible chat completions server for
 // tests and examples. It answers by rule, plainly or streamed:
 //
+//   - the last user message is "plan PLAN", PLAN a JSON list of model
+//     steps, each a list of tool calls {"tool": NAME, "arguments": ARGS}:
+//     model step i (the assistant messages that called tools since that
+//     user message) calls the tools of PLAN[i], all in one message; past
+//     the plan it answers "done: " and every tool result since that user
+//     message, in order, joined by " | ";
 //   - the last message is a tool result: it answers "tool said: " and the
 //     result;
 //   - the last user message is "call TOOL ARGS": it calls TOOL (the name as
@@ -13,10 +19,12 @@
 //   - otherwise it answers "echo: " and the message.
 //
 // A streamed answer comes in pieces of at most three words. Every request
-// body is kept for inspection.
+// body is kept for inspection, and a test may hold a request before it is
+// answered (SetHold).
 package openaitest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -31,6 +39,27 @@ type Server struct {
 	*httptest.Server
 	mu   sync.Mutex
 	reqs []map[string]any
+	hold func(context.Context, Request)
+}
+
+// Request is what a hold sees of a request.
+type Request struct {
+	// N is the request's number, from 1.
+	N int
+	// LastUser is the content of the last user message.
+	LastUser string
+	// Step counts the assistant messages that called tools after the last
+	// user message: the model step of a plan.
+	Step int
+}
+
+// SetHold makes every request call hold before it is answered (nil: none).
+// A request waits for hold to return; hold should also return when ctx,
+// the request's, is done (the client went away).
+func (s *Server) SetHold(hold func(ctx context.Context, r Request)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = hold
 }
 
 // New starts a fake server; Close stops it.
@@ -54,6 +83,13 @@ type message struct {
 	Role       string `json:"role"`
 	Content    any    `json:"content"`
 	ToolCallID string `json:"tool_call_id"`
+	ToolCalls  []any  `json:"tool_calls"`
+}
+
+// planCall is one tool call of a plan.
+type planCall struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
 }
 
 func text(c any) string {
@@ -87,10 +123,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.reqs = append(s.reqs, body)
 	n := len(s.reqs)
+	hold := s.hold
 	s.mu.Unlock()
 	raw, _ := json.Marshal(body["messages"])
 	var msgs []message
 	json.Unmarshal(raw, &msgs)
+	lastUser, since := "", 0 // since: index after the last user message
+	for i, m := range msgs {
+		if m.Role == "user" {
+			lastUser, since = text(m.Content), i+1
+		}
+	}
+	step := 0
+	for _, m := range msgs[since:] {
+		if m.Role == "assistant" && len(m.ToolCalls) > 0 {
+			step++
+		}
+	}
+	if hold != nil {
+		hold(r.Context(), Request{N: n, LastUser: lastUser, Step: step})
+		if r.Context().Err() != nil {
+			return
+		}
+	}
 	var tools []string
 	if ts, ok := body["tools"].([]any); ok {
 		for _, t := range ts {
@@ -103,16 +158,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var answer string
-	var call *[2]string // name, arguments
-	if len(msgs) > 0 && msgs[len(msgs)-1].Role == "tool" {
-		answer = "tool said: " + text(msgs[len(msgs)-1].Content)
-	} else {
-		last := ""
-		for _, m := range msgs {
-			if m.Role == "user" {
-				last = text(m.Content)
-			}
+	var calls [][2]string // name, arguments
+	switch {
+	case strings.HasPrefix(lastUser, "plan "):
+		var plan [][]planCall
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(lastUser, "plan ")), &plan); err != nil {
+			answer = "bad plan: " + err.Error()
+			break
 		}
+		if step >= len(plan) {
+			var results []string
+			for _, m := range msgs[since:] {
+				if m.Role == "tool" {
+					results = append(results, text(m.Content))
+				}
+			}
+			answer = "done: " + strings.Join(results, " | ")
+			break
+		}
+		for _, c := range plan[step] {
+			if !slices.Contains(tools, c.Tool) {
+				answer, calls = fmt.Sprintf("no tool %s offered (tools: %s)", c.Tool, strings.Join(tools, ",")), nil
+				break
+			}
+			args := string(c.Arguments)
+			if args == "" {
+				args = "{}"
+			}
+			calls = append(calls, [2]string{c.Tool, args})
+		}
+	case len(msgs) > 0 && msgs[len(msgs)-1].Role == "tool":
+		answer = "tool said: " + text(msgs[len(msgs)-1].Content)
+	default:
+		last := lastUser
 		switch {
 		case last == "hang":
 			<-r.Context().Done()
@@ -134,7 +212,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if strings.TrimSpace(args) == "" {
 				args = "{}"
 			}
-			call = &[2]string{name, args}
+			calls = [][2]string{{name, args}}
 		default:
 			answer = "echo: " + last
 		}
@@ -142,14 +220,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	model, _ := body["model"].(string)
 	id := fmt.Sprintf("chatcmpl-%d", n)
 	if stream, _ := body["stream"].(bool); stream {
-		writeStream(w, id, model, answer, call)
+		writeStream(w, id, model, answer, calls)
 		return
 	}
 	msg := map[string]any{"role": "assistant", "content": answer}
 	finish := "stop"
-	if call != nil {
+	if len(calls) > 0 {
 		msg["content"] = nil
-		msg["tool_calls"] = []any{map[string]any{"id": "call_" + id, "type": "function", "function": map[string]any{"name": call[0], "arguments": call[1]}}}
+		var tcs []any
+		for i, c := range calls {
+			tcs = append(tcs, map[string]any{"id": callID(id, i), "type": "function", "function": map[string]any{"name": c[0], "arguments": c[1]}})
+		}
+		msg["tool_calls"] = tcs
 		finish = "tool_calls"
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -159,7 +241,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func writeStream(w http.ResponseWriter, id, model, answer string, call *[2]string) {
+// callID is the id of the i-th tool call of answer id: "call_" and the
+// answer's id for the first, as it always was, then "_i".
+func callID(id string, i int) string {
+	if i == 0 {
+		return "call_" + id
+	}
+	return fmt.Sprintf("call_%s_%d", id, i)
+}
+
+func writeStream(w http.ResponseWriter, id, model, answer string, calls [][2]string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl, _ := w.(http.Flusher)
 	send := func(delta map[string]any, finish any) {
@@ -173,9 +264,11 @@ func writeStream(w http.ResponseWriter, id, model, answer string, call *[2]strin
 		}
 	}
 	send(map[string]any{"role": "assistant", "content": ""}, nil)
-	if call != nil {
-		send(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": "call_" + id, "type": "function", "function": map[string]any{"name": call[0], "arguments": ""}}}}, nil)
-		send(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": call[1]}}}}, nil)
+	if len(calls) > 0 {
+		for i, c := range calls {
+			send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": callID(id, i), "type": "function", "function": map[string]any{"name": c[0], "arguments": ""}}}}, nil)
+			send(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": c[1]}}}}, nil)
+		}
 		send(map[string]any{}, "tool_calls")
 	} else {
 		words := strings.SplitAfter(answer, " ")
