@@ -2,7 +2,9 @@
 // built on the official Go SDK. Its tools answer (echo, add), fail (fail),
 // sleep past a caller's time limit (sleep), read the server's environment
 // (env), exit the server process (crash, when allowed), and record the
-// idempotency key every call came with (keys lists them).
+// idempotency key every call came with (keys lists them). A test may hold
+// a call before it answers (Options.Hold), to stop its caller at a chosen
+// moment.
 package mcptest
 
 import (
@@ -27,6 +29,8 @@ type Call struct {
 	// Key is the idempotency key of the request's _meta; HeaderKey the
 	// Idempotency-Key header of an HTTP request.
 	Key, HeaderKey string
+	// Arguments is the call's arguments, as JSON.
+	Arguments string
 }
 
 // Recorder keeps the calls a server received. Its methods are safe for
@@ -71,6 +75,10 @@ type Options struct {
 	// AllowCrash lets the crash tool exit the process (only for a server
 	// that is a process of its own).
 	AllowCrash bool
+	// Hold, when set, is called by every call of echo, add, fail and env
+	// once it is recorded, before it answers: the call waits for Hold to
+	// return. Hold should also return when ctx, the call's, is done.
+	Hold func(ctx context.Context, c Call)
 }
 
 type (
@@ -95,8 +103,8 @@ func NewServer(opt Options) *mcp.Server {
 		rec = &Recorder{}
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
-	note := func(req *mcp.CallToolRequest) {
-		c := Call{Tool: req.Params.Name}
+	note := func(req *mcp.CallToolRequest) Call {
+		c := Call{Tool: req.Params.Name, Arguments: string(req.Params.Arguments)}
 		if k, ok := req.Params.Meta[MetaIdempotencyKey].(string); ok {
 			c.Key = k
 		}
@@ -104,13 +112,21 @@ func NewServer(opt Options) *mcp.Server {
 			c.HeaderKey = req.Extra.Header.Get("Idempotency-Key")
 		}
 		rec.record(c)
+		return c
+	}
+	// noteHold records the call, then holds it when the options say so.
+	noteHold := func(ctx context.Context, req *mcp.CallToolRequest) {
+		c := note(req)
+		if opt.Hold != nil {
+			opt.Hold(ctx, c)
+		}
 	}
 	text := func(s string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Answers with the text it is given."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
-			note(req)
+			noteHold(ctx, req)
 			return text(in.Text), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "Adds two numbers."},
@@ -118,12 +134,12 @@ func NewServer(opt Options) *mcp.Server {
 			A float64 `json:"a" jsonschema:"a number"`
 			B float64 `json:"b" jsonschema:"another number"`
 		}) (*mcp.CallToolResult, any, error) {
-			note(req)
+			noteHold(ctx, req)
 			return text(fmt.Sprint(in.A + in.B)), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "Always fails, with the message it is given."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in failIn) (*mcp.CallToolResult, any, error) {
-			note(req)
+			noteHold(ctx, req)
 			r := text(in.Message)
 			r.IsError = true
 			return r, nil, nil
@@ -142,7 +158,7 @@ func NewServer(opt Options) *mcp.Server {
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Reads an environment variable of the server."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
-			note(req)
+			noteHold(ctx, req)
 			v, ok := os.LookupEnv(in.Name)
 			if !ok {
 				v = "(unset)"
