@@ -18,6 +18,7 @@ import (
 	"github.com/agenthost/agenthost/internal/builtins"
 	"github.com/agenthost/agenthost/internal/mcptest"
 	"github.com/agenthost/agenthost/internal/openaitest"
+	"github.com/agenthost/agenthost/internal/pgtest"
 )
 
 var runIDRE = regexp.MustCompile(`run_[0-9a-f]+`)
@@ -31,6 +32,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) != "" {
 		os.Exit(main1())
 	}
+	// Re-executed as the store driver of faultDriver.
+	serveFaultDriverIfAsked()
 	testscript.Main(cleanupM{m}, map[string]func(){
 		"agenthost":     func() { os.Exit(main1()) },
 		"mcptestserver": func() { os.Exit(mcptest.ServeStdio()) },
@@ -41,7 +44,7 @@ func TestMain(m *testing.M) {
 type cleanupM struct{ m *testing.M }
 
 func (c cleanupM) Run() int {
-	code := c.m.Run()
+	code := pgtest.Run(c.m.Run) // and stop the PostgreSQL the tests started
 	if gateData.dir != "" {
 		os.RemoveAll(gateData.dir)
 	}

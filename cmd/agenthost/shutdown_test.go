@@ -77,6 +77,17 @@ func (b *syncBuffer) String() string {
 // listen and model are added) and waits until it answers /healthz.
 func startServer(t *testing.T, config string, script string, env ...string) *server {
 	t.Helper()
+	scriptPath := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startServe(t, fmt.Sprintf("model: scripted:%s\n%s", scriptPath, config), env...)
+}
+
+// startServe starts serve with the configuration file body config (data
+// and listen are added) and waits until it answers /healthz.
+func startServe(t *testing.T, config string, env ...string) *server {
+	t.Helper()
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,11 +95,7 @@ func startServer(t *testing.T, config string, script string, env ...string) *ser
 	}
 	addr := l.Addr().String()
 	l.Close()
-	scriptPath := filepath.Join(dir, "script.json")
-	if err := os.WriteFile(scriptPath, []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	config = fmt.Sprintf("data: %s\nlisten: %s\nmodel: scripted:%s\n%s", sharedData(t), addr, scriptPath, config)
+	config = fmt.Sprintf("data: %s\nlisten: %s\n%s", sharedData(t), addr, config)
 	configPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
