@@ -1,5 +1,6 @@
 // Package mcptest is a Model Context Protocol server for tests and examples,
-// built on the official Go SDK. Its tools answer (echo, add), fail (fail),
+// built on the official Go SDK. Its tools answer (echo, add, and delete,
+// which deletes nothing but is named so for tool policies), fail (fail),
 // sleep past a caller's time limit (sleep), read the server's environment
 // (env), exit the server process (crash, when allowed), and record the
 // idempotency key every call came with (keys lists them). A test may hold
@@ -75,7 +76,7 @@ type Options struct {
 	// AllowCrash lets the crash tool exit the process (only for a server
 	// that is a process of its own).
 	AllowCrash bool
-	// Hold, when set, is called by every call of echo, add, fail and env
+	// Hold, when set, is called by every call of echo, delete, add, fail and env
 	// once it is recorded, before it answers: the call waits for Hold to
 	// return. Hold should also return when ctx, the call's, is done.
 	Hold func(ctx context.Context, c Call)
@@ -128,6 +129,11 @@ func NewServer(opt Options) *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
 			noteHold(ctx, req)
 			return text(in.Text), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "delete", Description: "Pretends to delete what it is given: answers \"deleted \" and the text."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
+			noteHold(ctx, req)
+			return text("deleted " + in.Text), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add", Description: "Adds two numbers."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct {
