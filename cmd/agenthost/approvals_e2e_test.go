@@ -452,3 +452,89 @@ func TestApprovalTimeLimit(t *testing.T) {
 	}
 	checkCalls(t, rg, "past its time limit, after a restart", run, "")
 }
+
+// deleteInput is a plan whose first step calls the delete tool:
+// "done: deleted d-TAG | 3" once approved.
+func deleteInput(tag string) string {
+	b, _ := json.Marshal([][]map[string]any{
+		{{"tool": planServer + "_delete", "arguments": map[string]string{"text": "d-" + tag}}},
+		{{"tool": planServer + "_add", "arguments": map[string]int{"a": 1, "b": 2}}},
+	})
+	return "plan " + string(b)
+}
+
+// submitHint submits content with a hint to thread and returns the run.
+func (s *server) submitHint(thread, content, hint string) string {
+	s.t.Helper()
+	body, _ := json.Marshal(map[string]string{"content": content, "hint": hint})
+	resp, err := http.Post("http://"+s.addr+"/v1/threads/"+thread+"/inputs", "application/json", bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		RunID string `json:"run_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusAccepted {
+		s.t.Fatalf("submit to %s: status %d, %v", thread, resp.StatusCode, err)
+	}
+	return out.RunID
+}
+
+// With a policy module from guests/ (the WAT example, sandboxed) as both
+// the input policy and the tool policy: a call of a tool whose name holds
+// "delete" waits for approval and, approved, runs once with its key; an
+// input with hint stop interrupts a waiting run, whose call never runs and
+// gets a result saying so, and is answered itself.
+func TestApprovalsWasmPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts agenthost serve")
+	}
+	module, err := filepath.Abs(filepath.Join("..", "..", "guests", "examples", "wat", "policy.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg := newStepsRig(t)
+	s := startServe(t, rg.config()+fmt.Sprintf("policy: %[1]s\ntool_policy:\n  module: %[1]s\nstore: badgerstore\nstore_config:\n  dir: %[2]s\n",
+		module, filepath.Join(t.TempDir(), "badger")))
+	approve, stop := s.submit("wasm-approve", deleteInput("approve")), s.submit("wasm-stop", deleteInput("stop"))
+	for _, run := range []string{approve, stop} {
+		w := s.waitWaiting(run)
+		if len(w.PendingApprovals) != 1 || w.PendingApprovals[0].Tool != planServer+"_delete" || w.PendingApprovals[0].Prompt != "Approve this deletion?" {
+			t.Fatalf("run %s waits for %+v, want the delete call with the module's prompt", run, w.PendingApprovals)
+		}
+		if c := rg.toolCalls(run); len(c) != 0 {
+			t.Errorf("run %s waits, yet its calls reached the tool: %v", run, c)
+		}
+	}
+
+	w := s.waitWaiting(approve)
+	s.answerOK(approve, w.PendingApprovals[0].CallID, "", map[string]any{"action": "approve"})
+	if got := s.result(approve); got != "done: deleted d-approve | 3" {
+		t.Errorf("approved: answer %q", got)
+	}
+	checkCalls(t, rg, "approved (wasm policy)", approve, `{"text":"d-approve"}`)
+
+	w = s.waitWaiting(stop)
+	next := s.submitHint("wasm-stop", "stop it", "stop")
+	if got := s.result(next); got != "echo: stop it" {
+		t.Errorf("the interrupting input: answer %q", got)
+	}
+	var r apiRun
+	s.getJSON("/v1/runs/"+stop, &r)
+	if r.State != "interrupted" {
+		t.Errorf("the waiting run is %s after an interrupt, want interrupted", r.State)
+	}
+	if c := rg.toolCalls(stop); len(c) != 0 {
+		t.Errorf("the interrupted run's calls reached the tool: %v", c)
+	}
+	answered := false
+	for _, st := range s.steps(stop) {
+		if st.Kind == "tool" && st.Message.ToolCallID == w.PendingApprovals[0].CallID {
+			answered = true
+		}
+	}
+	if !answered {
+		t.Errorf("the interrupted run's pending call has no result in its steps: %+v", s.steps(stop))
+	}
+}
