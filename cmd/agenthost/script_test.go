@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +22,10 @@ import (
 	"github.com/agenthost/agenthost/internal/pgtest"
 )
 
-var runIDRE = regexp.MustCompile(`run_[0-9a-f]+`)
+var (
+	runIDRE  = regexp.MustCompile(`run_[0-9a-f]+`)
+	callIDRE = regexp.MustCompile(`waiting +call (\S+):`)
+)
 
 func TestMain(m *testing.M) {
 	// Re-executed as a built-in store driver: main1 serves it.
@@ -117,6 +121,39 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("no run id in stdout")
 				}
 				ts.Setenv("RUN", id)
+			},
+			// setcall sets $CALL to the first pending call of a run that
+			// the last command's stdout shows waiting.
+			"setcall": func(ts *testscript.TestScript, neg bool, args []string) {
+				m := callIDRE.FindStringSubmatch(ts.ReadFile("stdout"))
+				if m == nil {
+					ts.Fatalf("no waiting call in stdout")
+				}
+				ts.Setenv("CALL", m[1])
+			},
+			// waitrun RUN STATE waits until the run is in STATE (waiting,
+			// completed, ...).
+			"waitrun": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: waitrun RUN STATE")
+				}
+				url := ts.Getenv("AGENTHOST_SERVER") + "/v1/runs/" + args[0]
+				state := ""
+				for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					resp, err := http.Get(url)
+					if err != nil {
+						continue
+					}
+					var run struct {
+						State string `json:"state"`
+					}
+					json.NewDecoder(resp.Body).Decode(&run)
+					resp.Body.Close()
+					if state = run.State; state == args[1] {
+						return
+					}
+				}
+				ts.Fatalf("run %s is %s, not %s, after 2m", args[0], state, args[1])
 			},
 			// waitserver waits until the server answers /healthz.
 			"waitserver": func(ts *testscript.TestScript, neg bool, args []string) {
