@@ -367,12 +367,15 @@ func TestApprovalsAcrossHosts(t *testing.T) {
 		return rg.config() + approvalPolicy +
 			fmt.Sprintf("store: pgstore\nstore_url: %s\nlease_ttl: 6s\npoll_interval: 500ms\nhost_name: %s\n", dbURL, name)
 	}
+	// The runs start on a while it is the only host, so a owns their
+	// threads; b joins after. A thread stays with its owner while it has
+	// a run open (a waiting run is open), wherever it would go when idle.
 	a := startServe(t, config("a"))
-	b := startServe(t, config("b"))
 	alive, killed, later := a.submit("alive", askInput("alive")), a.submit("killed", askInput("killed")), a.submit("later", askInput("later"))
 	aliveCall := checkPending(t, rg, alive, "alive", a.waitWaiting(alive))
 	killedCall := checkPending(t, rg, killed, "killed", a.waitWaiting(killed))
 	laterCall := checkPending(t, rg, later, "later", a.waitWaiting(later))
+	b := startServe(t, config("b"))
 	// The waiting is durable: the other host shows it too.
 	checkPending(t, rg, alive, "alive", b.waitWaiting(alive))
 

@@ -665,8 +665,8 @@ func TestStepsResumeAfterKill(t *testing.T) {
 	t.Logf("runs held in %v; from the kill to every run checked: %v", killed.Sub(began), time.Since(killed))
 }
 
-// On pgstore with two hosts: the same runs, stopped at the same points on
-// the host that owns them (the last one by a row lock the test holds on
+// On pgstore with two hosts: the same runs, started on one host before the
+// other joins and stopped at the same points on the host that owns them (the last one by a row lock the test holds on
 // the run's thread, which lets the answer's step be committed and holds
 // the terminal commit back), move to the other host when the owner is
 // killed with SIGKILL and its lease expires, and complete there as an
@@ -685,12 +685,15 @@ func TestStepsMoveToAnotherHost(t *testing.T) {
 	}
 	began := time.Now()
 	a := startServe(t, config("a"))
-	b := startServe(t, config("b"))
-	t.Logf("two hosts up (the driver certified) in %v", time.Since(began))
+	t.Logf("host a up (the driver certified) in %v", time.Since(began))
 	kps := killPoints()
 	base := baseline(t, a, kps)
 	began = time.Now()
+	// The runs start on a while it is the only host, so a owns their
+	// threads; b joins after. A thread stays with its owner while it has
+	// a run open, whichever live host it would belong with when idle.
 	mark := startHeld(t, rg, a, kps)
+	b := startServe(t, config("b"))
 
 	ctx := context.Background()
 	db, err := pgx.Connect(ctx, dbURL)
