@@ -7,7 +7,8 @@ import { buildModel, render, clock, shortID } from './timeline.js';
 const TOKEN_KEY = 'agenthost.token';
 // The API lives beside /ui/ (also behind a proxy that adds a prefix).
 const BASE = location.pathname.replace(/ui\/[^/]*$/, '');
-const OPEN = new Set(['queued', 'active']);
+// A waiting run is active in the store, waiting for answers to tool calls.
+const OPEN = new Set(['queued', 'active', 'waiting']);
 const MAX_STREAMS = 4; // a browser opens at most 6 connections to one server
 
 // Inputs this tab saw rejected, by thread: the server keeps no trace of them.
@@ -35,7 +36,7 @@ function h(tag, attrs, ...kids) {
   return n;
 }
 function append(n, kids) {
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === null || k === undefined || k === false) continue;
     n.append(typeof k === 'string' || typeof k === 'number' ? document.createTextNode(String(k)) : k);
   }
@@ -55,11 +56,12 @@ function notice(kind, ...kids) { return h('p', { class: 'notice ' + kind, role: 
 // ---- The API. ----
 
 export class APIError extends Error {
-  constructor(status, code, detail) {
+  constructor(status, code, detail, problem) {
     super(detail || code);
     this.status = status;
     this.code = code;
     this.detail = detail;
+    this.problem = problem || {}; // the problem document, for its extra fields
   }
 }
 
@@ -79,16 +81,18 @@ async function request(path, init = {}) {
   if (res.ok) return res;
   let p = {};
   try { p = await res.json(); } catch { /* not a problem document */ }
-  const err = new APIError(res.status, p.code || 'http_' + res.status, p.detail || res.statusText);
+  const err = new APIError(res.status, p.code || 'http_' + res.status, p.detail || res.statusText, p);
   if (res.status === 401 && !init.probe) unauthorized();
   throw err;
 }
 
-async function api(path, { method = 'GET', body, headers = {}, signal } = {}) {
+// api calls the API and answers the JSON it sent. body is sent as JSON;
+// rawBody, a JSON text, is sent as it is.
+async function api(path, { method = 'GET', body, rawBody, headers = {}, signal } = {}) {
   const init = { method, headers: { Accept: 'application/json', ...headers }, signal };
-  if (body !== undefined) {
+  if (body !== undefined || rawBody !== undefined) {
     init.headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
+    init.body = rawBody !== undefined ? rawBody : JSON.stringify(body);
   }
   const res = await request(path, init);
   return res.json();
@@ -258,7 +262,7 @@ async function threadsPage(page, params) {
         const runs = await api('/v1/threads/' + encodeURIComponent(q) + '/runs?limit=200', { signal: page.signal });
         const rs = runs.runs || [];
         out.push(h('p', { class: 'notice ok' }, 'Thread ', h('a', { href: threadHref(q) }, q), ' exists: ', String(rs.length) + (runs.next_cursor ? '+' : ''), ' runs',
-          rs.some((r) => OPEN.has(r.state)) ? ', busy.' : '.'));
+          rs.some((r) => OPEN.has(r.state)) ? ', busy' : '', rs.some((r) => r.state === 'waiting') ? ', a run waits for approval.' : '.'));
       } catch (e) {
         if (e.status === 404 && !isMissing(e)) out.push(h('p', { class: 'notice warn', role: 'status' }, 'No thread has the id ', h('code', {}, q), ' yet. Submitting an input to it below starts it.'));
         else throw e;
@@ -279,15 +283,20 @@ async function threadsPage(page, params) {
     }
     let threads = listing.threads || [];
     if (q) threads = threads.filter((t) => t.id.startsWith(q) && t.id !== q);
+    const waiting = await waitingRuns(threads, page.signal);
     if (threads.length === 0) {
       out.push(h('p', { class: 'muted' }, q ? 'No other thread id starts with “' + q + '”.' : 'No threads yet. Submit an input below to start one.'));
     } else {
       out.push(h('table', {},
         h('caption', { class: 'muted', style: 'text-align:left' }, q ? 'Threads whose id starts with “' + q + '”' : 'Threads, by id'),
         h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Thread'), h('th', { scope: 'col' }, 'Status'), h('th', { scope: 'col' }, 'Open runs'), h('th', { scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Updated'))),
-        h('tbody', {}, threads.map((t) => h('tr', { 'data-thread': t.id, 'data-busy': t.busy ? '1' : '0' },
+        h('tbody', {}, threads.map((t) => h('tr', { 'data-thread': t.id, 'data-busy': t.busy ? '1' : '0', 'data-waiting': waiting.has(t.id) ? '1' : '0' },
           h('td', { class: 'mono' }, h('a', { href: threadHref(t.id) }, t.id)),
-          h('td', {}, t.busy ? h('span', { class: 'badge busy' }, 'busy') : h('span', { class: 'badge idle' }, 'idle')),
+          h('td', {}, t.busy ? h('span', { class: 'badge busy' }, 'busy') : h('span', { class: 'badge idle' }, 'idle'),
+            (waiting.get(t.id) || []).map((r) => [' ', h('a', {
+              href: runHref(r.id), class: 'badge waiting', 'data-waiting-run': r.id,
+              'aria-label': 'Run ' + r.id + ' waits for approval of ' + plural((r.pending_approvals || r.pending_call_ids || []).length, 'tool call') + ': open it',
+            }, 'waiting for approval')])),
           h('td', {}, String((t.open_run_ids || []).length)),
           h('td', {}, String(t.version ?? '')),
           h('td', {}, t.updated_at ? when(t.updated_at) : '—'))))));
@@ -311,6 +320,31 @@ async function threadsPage(page, params) {
   // Busy marks change: read the page again every few seconds.
   if (!state.missing.has('threads') || q) page.every(5000, refresh);
 }
+
+// waitingRuns answers, by thread id, the runs of the listed busy threads
+// that wait for approval. The listing says whether a thread is busy, not
+// why: the open runs of busy threads are read, a few at a time.
+async function waitingRuns(threads, signal) {
+  const out = new Map();
+  const todo = threads.filter((t) => t.busy).flatMap((t) => (t.open_run_ids || []).slice(0, 4).map((id) => [t.id, id]));
+  let next = 0;
+  const worker = async () => {
+    while (next < todo.length) {
+      const [thread, id] = todo[next++];
+      try {
+        const r = await api('/v1/runs/' + encodeURIComponent(id), { signal });
+        if (r.state === 'waiting') out.set(thread, [...(out.get(thread) || []), r]);
+      } catch (e) {
+        if (signal.aborted || e.status === 401) throw e;
+        // A run that ended and went away meanwhile: the next refresh tells.
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(3, todo.length) }, worker));
+  return out;
+}
+
+function plural(n, word) { return n + ' ' + word + (n === 1 ? '' : 's'); }
 
 // predecessor is a string that sorts just before s, so that listing after
 // it starts at s (ids are compared byte by byte).
@@ -426,7 +460,7 @@ class RunFeed {
       onEvent: (ev) => {
         const list = this.events.get(runID);
         if (!list.some((x) => x.seq === ev.seq)) list.push(ev);
-        if (ev.type === 'input_taken' || ev.type === 'step_finished' || ev.type === 'terminal') this.stepsWanted.add(runID);
+        if (['input_taken', 'step_finished', 'waiting', 'resumed', 'terminal'].includes(ev.type)) this.stepsWanted.add(runID);
         this.changed(runID, ev);
       },
     }).catch((e) => {
@@ -484,7 +518,7 @@ async function threadPage(page, thread) {
       h('h2', { id: 'timeline-h' }, 'Timeline'),
       figure,
       h('ul', { class: 'legend', 'aria-label': 'Legend' },
-        ['queued', 'active', 'completed', 'failed', 'interrupted', 'superseded'].map((s) => h('li', {}, h('span', { class: 'sw ' + s }), s)),
+        ['queued', 'active', 'waiting', 'completed', 'failed', 'interrupted', 'superseded'].map((s) => h('li', {}, h('span', { class: 'sw ' + s }), s === 'waiting' ? 'waiting for approval' : s)),
         h('li', {}, h('span', { class: 'sw absorbed' }), 'absorbed: answered by the run it points to'),
         h('li', {}, h('span', { class: 'sw taken' }), 'taken at a step, not yet answered'),
         h('li', {}, '◇ input, with the policy’s decision'))),
@@ -515,7 +549,7 @@ async function threadPage(page, thread) {
     const width = figure.clientWidth - 16 || 900;
     const svg = render(model, width, (id) => { location.hash = runHref(id); });
     const cap = h('figcaption', {},
-      runs.length + ' runs' + (more ? ' (the latest are not all shown)' : '') + '. Each bar runs from a run’s start to its end; a dotted line is time spent queued. Select a run to open it.');
+      runs.length + ' runs' + (more ? ' (the latest are not all shown)' : '') + '. Each bar runs from a run’s start to its end; a dotted line is time spent queued, a hatched stretch time spent waiting for approval. Select a run to open it.');
     put(figure, svg, cap);
     if (focusID) {
       const again = figure.querySelector('[data-run="' + CSS.escape(focusID) + '"]');
@@ -523,8 +557,9 @@ async function threadPage(page, thread) {
     }
     const open = runs.filter((r) => OPEN.has(r.state));
     const live = [...feed.streams.values()].filter((s) => !s.done).length;
+    const waiting = open.filter((r) => r.state === 'waiting');
     status.textContent = exists
-      ? (open.length ? 'Busy: ' + open.length + ' open run' + (open.length > 1 ? 's' : '') + '.' : 'Idle.') + (live ? ' Following ' + live + ' run stream' + (live > 1 ? 's' : '') + ' live.' : '')
+      ? (open.length ? 'Busy: ' + plural(open.length, 'open run') + (waiting.length ? ', ' + waiting.length + ' waiting for approval' : '') + '.' : 'Idle.') + (live ? ' Following ' + live + ' run stream' + (live > 1 ? 's' : '') + ' live.' : '')
       : 'No runs yet.';
     put(notes,
       state.missing.has('steps') ? notice('warn', 'This server keeps no step records (GET /v1/runs/{id}/steps answered 404): arrows point where a run’s events say it took an input, or at the end of the run that answered it.') : null,
@@ -583,6 +618,329 @@ function runsTable(runs, model) {
       h('td', {}, r.absorbed_into_run_id ? h('a', { href: runHref(r.absorbed_into_run_id) }, shortID(r.absorbed_into_run_id)) : r.state === 'completed' ? 'itself' : '—')))));
 }
 
+// ---- Tool calls waiting for approval. ----
+
+const ACTION_DONE = { approve: 'Approved', edit: 'Edited and approved', reject: 'Rejected', respond: 'Answered in the tool’s place' };
+
+// relative says when t (ms) is from now, in words: "in 23 hours",
+// "2 minutes ago".
+function relative(t, now = Date.now()) {
+  const d = (t - now) / 1000;
+  const fmt = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+  for (const [unit, s] of [['day', 86400], ['hour', 3600], ['minute', 60]]) {
+    if (Math.abs(d) >= s) return fmt.format(Math.round(d / s), unit);
+  }
+  return fmt.format(Math.round(d), 'second');
+}
+
+// prettyArguments is a call's arguments as the API gives them (JSON, or a
+// string holding the model's text when it was not JSON) for reading.
+function prettyArguments(args) {
+  if (typeof args === 'string') return args;
+  return JSON.stringify(args, null, 2);
+}
+
+// checkArguments parses the edited arguments: the JSON object the call
+// runs with. It answers the error to show, or ''.
+function checkArguments(text) {
+  if (!text.trim()) return 'The arguments are empty: write the JSON object the call runs with, such as {"q": "notes"}. Nothing was sent.';
+  let v;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    return 'The arguments are not valid JSON: ' + e.message + '. Nothing was sent.';
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) {
+    const kind = v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'string' ? 'a string' : 'a ' + typeof v;
+    return 'The arguments must be a JSON object ({…}), not ' + kind + '. Nothing was sent.';
+  }
+  return '';
+}
+
+// approvalsPanel is the run page's section of the tool calls the run waits
+// on, each with approve, edit, reject and respond. update(run) shows the
+// run as read from the API (it keeps the forms being filled in); answered
+// (run) is called with the run an answer returned.
+function approvalsPanel(runID, page, answered) {
+  const list = h('div', { id: 'approvals-list' });
+  const intro = h('p', { class: 'help', id: 'approvals-help' });
+  const log = h('div', { class: 'approval-log', id: 'approvals-log' });
+  const heading = h('h2', { id: 'approvals-h', tabindex: -1 }, 'Pending approvals');
+  const section = h('section', { class: 'box approvals', 'aria-labelledby': 'approvals-h', id: 'approvals' }, heading, intro, list, log);
+  const items = new Map(); // call_id -> item
+  let serial = 0;
+  let current = null;
+
+  // outcome shows what the server answered, newest first, and moves the
+  // focus to it when asked (the button that was clicked may be gone).
+  function outcome(kind, callID, result, focus, ...kids) {
+    const n = notice(kind, ...kids);
+    n.setAttribute('tabindex', '-1');
+    n.setAttribute('data-approval-outcome', result);
+    n.setAttribute('data-call', callID);
+    log.prepend(n);
+    while (log.childNodes.length > 6) log.lastChild.remove();
+    if (focus) n.focus();
+    return n;
+  }
+
+  function item(p) {
+    const n = ++serial;
+    const id = (s) => 'pc' + n + '-' + s;
+    const it = { p, form: null, busy: false };
+    const facts = h('dl', { class: 'facts' });
+    const args = h('pre', { id: id('args'), 'data-arguments': '' });
+    const formSlot = h('div', {});
+    const status = h('div', { id: id('status'), 'aria-live': 'polite' });
+    const buttons = {};
+    const button = (action, label, cls, opens) => {
+      const b = h('button', {
+        type: 'button', class: cls, 'data-action': action, 'aria-describedby': id('h'),
+        'aria-expanded': opens ? 'false' : undefined, 'aria-controls': opens ? id('form') : undefined,
+        onclick: () => (opens ? openForm(action) : send(action, {})),
+      }, label);
+      buttons[action] = b;
+      return b;
+    };
+    it.el = h('article', { class: 'pending', 'data-pending-call': p.call_id, 'aria-labelledby': id('h') },
+      h('h3', { id: id('h') }, 'Call ', h('code', {}, p.tool), p.server ? [' on server ', h('code', {}, p.server)] : ' (a tool of the host’s)'),
+      h('p', { class: 'prompt', 'data-prompt': '' }, h('strong', {}, 'The policy asks: '), p.prompt || 'Run this call?'),
+      facts,
+      h('div', { class: 'who muted' }, 'Arguments, as the model wrote them'),
+      args,
+      h('div', { class: 'actions', role: 'group', 'aria-label': 'Answer the call ' + p.call_id },
+        button('approve', 'Approve', 'primary', false),
+        button('edit', 'Edit…', '', true),
+        button('reject', 'Reject…', 'danger', true),
+        button('respond', 'Respond…', '', true)),
+      h('div', { id: id('form') }, formSlot),
+      status);
+
+    let factsEl = facts;
+    it.update = (p) => {
+      it.p = p;
+      const dl = h('dl', { class: 'facts' });
+      fillFacts(dl, p);
+      factsEl.replaceWith(dl);
+      factsEl = dl;
+      args.textContent = prettyArguments(p.arguments);
+      if (typeof p.arguments === 'string') args.append(h('span', { class: 'help' }, '\n(not JSON: the model’s text as it wrote it)'));
+    };
+
+    function closeForm(focusBack) {
+      if (!it.form) return;
+      const action = it.form.action;
+      it.form = null;
+      put(formSlot);
+      buttons[action].setAttribute('aria-expanded', 'false');
+      if (focusBack) buttons[action].focus();
+    }
+
+    function openForm(action) {
+      if (it.form && it.form.action === action) { it.form.first.focus(); return; }
+      closeForm(false);
+      const fid = (s) => id(action + '-' + s);
+      let field;
+      let help;
+      let label;
+      let sendLabel;
+      if (action === 'edit') {
+        label = 'New arguments (a JSON object)';
+        field = h('textarea', { id: fid('text'), class: 'json', spellcheck: 'false', autocomplete: 'off', 'aria-describedby': fid('help') + ' ' + fid('err'), rows: 8 });
+        field.value = prettyArguments(it.p.arguments);
+        help = 'The call runs once with these arguments instead of the model’s. They are checked here before anything is sent.';
+        sendLabel = 'Run with these arguments';
+      } else if (action === 'reject') {
+        label = 'Message for the model (optional)';
+        field = h('textarea', { id: fid('text'), rows: 3, 'aria-describedby': fid('help') + ' ' + fid('err') });
+        help = 'The call is not run; the model reads this as the tool’s result. Empty: the host says a person rejected the call.';
+        sendLabel = 'Reject the call';
+      } else {
+        label = 'Your answer, in the tool’s place';
+        field = h('textarea', { id: fid('text'), rows: 3, 'aria-required': 'true', 'aria-describedby': fid('help') + ' ' + fid('err') });
+        help = 'The call is not run; the model reads your answer as the tool’s result.';
+        sendLabel = 'Send the answer';
+      }
+      const err = h('p', { id: fid('err'), class: 'field-error', role: 'alert', hidden: true });
+      const showErr = (text) => {
+        err.textContent = text;
+        err.hidden = !text;
+        if (text) field.setAttribute('aria-invalid', 'true');
+        else field.removeAttribute('aria-invalid');
+      };
+      field.addEventListener('input', () => { if (!err.hidden) showErr(''); });
+      const form = h('form', {
+        'data-form': action, novalidate: true, 'aria-label': { edit: 'Edit the arguments', reject: 'Reject the call', respond: 'Respond in the tool’s place' }[action],
+        onsubmit: (e) => {
+          e.preventDefault();
+          if (it.busy) return;
+          const text = field.value;
+          if (action === 'edit') {
+            const bad = checkArguments(text);
+            if (bad) { showErr(bad); field.focus(); return; }
+            send('edit', { rawArguments: text.trim() });
+          } else if (action === 'reject') {
+            send('reject', { message: text.trim() });
+          } else {
+            if (!text.trim()) { showErr('Write the answer the model reads in the tool’s place. Nothing was sent.'); field.focus(); return; }
+            send('respond', { message: text });
+          }
+        },
+        onkeydown: (e) => { if (e.key === 'Escape') { e.preventDefault(); closeForm(true); } },
+      },
+      h('div', { class: 'field' }, h('label', { for: fid('text') }, label), field, h('p', { class: 'help', id: fid('help') }, help), err),
+      h('button', { type: 'submit', class: action === 'reject' ? 'danger' : 'primary', 'data-send': action }, sendLabel), ' ',
+      h('button', { type: 'button', onclick: () => closeForm(true) }, 'Cancel'));
+      it.form = { action, first: field, showErr };
+      buttons[action].setAttribute('aria-expanded', 'true');
+      put(formSlot, form);
+      field.focus();
+    }
+
+    // send answers the call. One click is one answer: its idempotency key
+    // is made here, once, and every retry of it (after the server did not
+    // answer) sends the same key, so the answer cannot count twice.
+    function send(action, { message, rawArguments }) {
+      const key = newKey();
+      const body = rawArguments !== undefined
+        ? '{"action":"edit","arguments":' + rawArguments + '}'
+        : JSON.stringify(message ? { action, message } : { action });
+      attempt(action, key, body);
+    }
+
+    async function attempt(action, key, body) {
+      it.busy = true;
+      for (const b of it.el.querySelectorAll('button')) b.disabled = true;
+      put(status, h('p', { class: 'muted' }, 'Sending…'));
+      let err = null;
+      let reply = null;
+      for (let i = 0; i < 3; i++) {
+        try {
+          reply = await api('/v1/runs/' + encodeURIComponent(runID) + '/approvals/' + encodeURIComponent(it.p.call_id),
+            { method: 'POST', rawBody: body, headers: { 'Idempotency-Key': key } });
+          err = null;
+          break;
+        } catch (e) {
+          err = e;
+          // The server did not answer, or answered that it could not
+          // now: the same answer again, with the same key, a moment later.
+          if (!(e instanceof APIError) || !(e.status === 0 || e.status >= 500) || e.status === 501) break;
+          if (page.signal.aborted) return;
+          put(status, h('p', { class: 'muted' }, 'The server did not answer; trying again with the same key…'));
+          await new Promise((r) => setTimeout(r, 1000 * (i + 1)));
+        }
+      }
+      it.busy = false;
+      if (page.signal.aborted) return;
+      for (const b of it.el.querySelectorAll('button')) b.disabled = false;
+      put(status);
+      const callID = it.p.call_id;
+      if (reply) {
+        closeForm(false);
+        const done = ACTION_DONE[action] + ' call ' + callID + ' (' + it.p.tool + ')';
+        const a = reply.answer || {};
+        const stillPending = (reply.run.pending_approvals || []).some((x) => x.call_id === callID);
+        const text = reply.duplicate
+          ? 'Already recorded: this answer was given before (key ' + key + '); nothing new was written.'
+          : done + '. ' + (stillPending ? 'The call needs more approvals.' : reply.run.state === 'waiting' ? 'The run waits for its other calls.' : 'The run goes on.');
+        outcome('ok', callID, action, !stillPending, text, ' ', h('span', { class: 'help' }, 'Key ', h('code', {}, a.key || key), '.'));
+        answered(reply.run);
+        if (stillPending) it.el.querySelector('[data-action="approve"]').focus();
+        return;
+      }
+      if (err.status === 401) return;
+      let text;
+      let retry = false;
+      if (err.code === 'answered') {
+        const rec = err.problem.recorded || {};
+        text = 'Not recorded: this call already has another answer' + (rec.action ? ' (' + rec.action + (rec.message ? ': “' + rec.message + '”' : '') + ')' : '') +
+          ', given from elsewhere or with this key before. Nothing changed.';
+      } else if (err.code === 'not_waiting') {
+        text = 'Not recorded: the run no longer waits for this call (it ended, or the call was decided). Nothing changed.';
+      } else if (err.status === 400) {
+        text = 'The server refused this answer as malformed: ' + err.detail;
+      } else if (err.status === 404) {
+        text = 'The server knows no such call of this run (404): ' + err.detail;
+      } else if (err.status === 501) {
+        text = 'This server cannot hold tool calls for approval: ' + err.detail;
+      } else {
+        text = 'The server did not take the answer: ' + describe(err) + '. Try again: the same key is sent, so it cannot count twice.';
+        retry = true;
+      }
+      const n = outcome('error', callID, err.code || 'error', false, text);
+      n.setAttribute('role', 'alert');
+      if (retry) {
+        n.append(' ', h('button', { type: 'button', 'data-retry': key, onclick: (e) => { e.target.disabled = true; n.remove(); attempt(action, key, body); } }, 'Try again'));
+      }
+      n.focus();
+      current && reread();
+    }
+    it.update(p);
+    return it;
+  }
+
+  function fillFacts(dl, p) {
+    const add = (k, ...v) => dl.append(h('dt', {}, k), h('dd', {}, ...v));
+    add('Call', h('code', {}, p.call_id), ' · model step ' + p.model_step);
+    const deadline = Date.parse(p.deadline);
+    if (Number.isFinite(deadline)) {
+      const abs = new Date(deadline).toLocaleString();
+      add('Deadline', h('span', { 'data-deadline': p.deadline },
+        deadline > Date.now() ? relative(deadline) + ' (' + abs + ')' : 'passed ' + relative(deadline) + ' (' + abs + '): the host rejects the call shortly'),
+      deadline > Date.now() ? h('div', { class: 'help' }, 'Unanswered by then, the call is rejected.') : null);
+    }
+    if (p.approvals > 1) add('Approvals', p.approved + ' of ' + p.approvals + ' given');
+  }
+
+  async function reread() {
+    try {
+      const run = await api('/v1/runs/' + encodeURIComponent(runID), { signal: page.signal });
+      answered(run);
+    } catch { /* the next event or poll reads it */ }
+  }
+
+  function update(run) {
+    current = run;
+    const pending = run.state === 'waiting' ? run.pending_approvals || [] : [];
+    const ids = new Set(pending.map((p) => p.call_id));
+    let lostFocus = false;
+    for (const [callID, it] of items) {
+      if (ids.has(callID)) continue;
+      if (it.el.contains(document.activeElement)) lostFocus = true;
+      it.el.remove();
+      items.delete(callID);
+    }
+    for (const p of pending) {
+      const it = items.get(p.call_id);
+      if (it) { if (!it.busy) it.update(p); continue; }
+      const fresh = item(p);
+      items.set(p.call_id, fresh);
+      list.append(fresh.el);
+    }
+    section.classList.toggle('waiting', pending.length > 0);
+    if (pending.length) {
+      intro.textContent = 'The tool policy asked a person about ' + (pending.length === 1 ? 'this call' : 'these ' + pending.length + ' calls') +
+        '. The run waits until ' + (pending.length === 1 ? 'it is' : 'each is') + ' answered: approve runs the call as the model asked, edit runs it with other arguments, reject and respond do not run it and give the model a text as its result.';
+    } else if (run.state === 'queued' || run.state === 'active') {
+      intro.textContent = 'No tool call of this run waits for approval. A call the tool policy asks about shows here as it happens.';
+    } else if (run.state === 'waiting') {
+      intro.textContent = 'The run waits for answers; reading its calls…';
+    } else {
+      intro.textContent = 'No tool call waits: the run ended. Its asks and answers, if any, are in the transcript.';
+    }
+    if (lostFocus && !log.contains(document.activeElement)) {
+      const next = list.querySelector('[data-action="approve"]');
+      (next || log.firstChild || heading).focus();
+    }
+  }
+
+  function tick() {
+    for (const it of items.values()) if (!it.busy) it.update(it.p);
+  }
+
+  return { section, update, tick };
+}
+
 // ---- A run. ----
 
 async function runPage(page, runID) {
@@ -591,17 +949,14 @@ async function runPage(page, runID) {
   const actions = h('div', { 'aria-live': 'polite' });
   const transcript = h('div', {});
   const eventsBox = h('div', {});
+  const approvals = approvalsPanel(runID, page, (r) => { run = r; drawFacts(); if (!confirming) drawActions(); approvals.update(run); readTranscript(); });
   put(main(),
     h('p', { class: 'crumbs' }, h('a', { href: '#/threads' }, 'Threads'), ' / ', h('a', { href: threadHref(run.thread_id) }, run.thread_id), ' / '),
     h('h1', {}, 'Run ', h('code', {}, runID)),
     h('div', { class: 'grid2' },
       h('div', {},
         facts, actions,
-        h('section', { class: 'box approvals', 'aria-labelledby': 'approvals-h', id: 'approvals' },
-          // Tool calls waiting for approval will be listed here, with
-          // approve / edit / reject, once the API exposes them.
-          h('h2', { id: 'approvals-h', style: 'margin-top:0' }, 'Tool calls waiting for approval'),
-          h('p', { class: 'muted' }, 'This server does not hold tool calls for approval: every call runs as the model asks.')),
+        approvals.section,
         h('h2', {}, 'Transcript'), transcript),
       h('div', {},
         h('h2', { style: 'margin-top:0' }, 'Submit an input to ', h('code', {}, run.thread_id)),
@@ -618,7 +973,9 @@ async function runPage(page, runID) {
   function drawFacts() {
     const dl = h('dl', { class: 'facts' });
     const add = (k, ...v) => dl.append(h('dt', {}, k), h('dd', {}, ...v));
-    add('State', h('span', { id: 'run-state', 'data-state': run.state }, badge(run.state)), run.terminal_reason && run.terminal_reason !== run.state ? ' reason: ' + run.terminal_reason : '');
+    add('State', h('span', { id: 'run-state', 'data-state': run.state }, badge(run.state)), run.terminal_reason && run.terminal_reason !== run.state ? ' reason: ' + run.terminal_reason : '',
+      run.state === 'waiting' ? [' — waits for a person to answer ', h('a', { href: '#approvals', onclick: (e) => { e.preventDefault(); document.getElementById('approvals-h').focus(); } },
+        plural((run.pending_approvals || run.pending_call_ids || []).length, 'tool call')), '; nothing runs until then'] : null);
     add('Thread', h('a', { href: threadHref(run.thread_id) }, run.thread_id), ' · run #' + run.seq);
     add('Attempt', String(run.attempt));
     add('Created', when(run.created_at));
@@ -638,7 +995,9 @@ async function runPage(page, runID) {
       return;
     }
     put(actions, h('div', { class: 'notice warn', role: 'group', 'aria-labelledby': 'cancel-q' },
-      h('p', { id: 'cancel-q', style: 'margin-top:0' }, run.state === 'active'
+      h('p', { id: 'cancel-q', style: 'margin-top:0' }, run.state === 'waiting'
+        ? 'Cancel this waiting run? The calls it waits on are not run; it ends interrupted (canceled), and its inputs leave the conversation.'
+        : run.state === 'active'
         ? 'Cancel this active run? It stops at once, ends interrupted (canceled), and its inputs leave the conversation.'
         : 'Cancel this queued run? It ends interrupted (canceled) without running, and its inputs leave the conversation.'),
       h('button', {
@@ -699,6 +1058,10 @@ async function runPage(page, runID) {
         if (s.kind === 'take') {
           box.append(h('div', { class: 'msg', 'data-step-kind': 'take' }, h('div', { class: 'who' }, 'Inputs taken at this boundary'),
             (s.taken || []).map((t) => h('div', {}, 'from run ', h('a', { href: runHref(t.run_id) }, t.run_id), ': ', (t.input_message_ids || []).map((id) => h('code', {}, id + ' '))))));
+        } else if (s.kind === 'ask' && s.ask) {
+          box.append(askView(s));
+        } else if (s.kind === 'answer' && s.answer) {
+          box.append(answerView(s));
         } else if (s.message) {
           box.append(messageView(s.message, (c, i) => keyOf(c, s.model_step, i), callErrors, s.attempt));
         }
@@ -754,7 +1117,7 @@ async function runPage(page, runID) {
     drawTranscript();
   }
 
-  function drawAll() { drawFacts(); drawActions(); drawEvents(); drawTranscript(); }
+  function drawAll() { drawFacts(); drawActions(); approvals.update(run); drawEvents(); drawTranscript(); }
   drawAll();
   readTranscript();
 
@@ -769,6 +1132,7 @@ async function runPage(page, runID) {
         run = await api('/v1/runs/' + encodeURIComponent(runID), { signal: page.signal });
         if (!confirming) drawActions();
         drawFacts();
+        approvals.update(run);
         if (was !== run.state || OPEN.has(run.state)) readTranscript();
       } catch { /* the next event or poll tries again */ }
     });
@@ -784,10 +1148,35 @@ async function runPage(page, runID) {
   // A queued run's state changes with no event of its own (it is absorbed
   // or canceled elsewhere): read it now and then.
   page.every(3000, () => { if (OPEN.has(run.state)) reread(); });
+  // Deadlines are shown relative to now.
+  page.every(15000, () => approvals.tick());
 }
 
 function linkIfRun(key, v) {
   return /run_id$/.test(key) ? h('a', { href: runHref(v) }, v) : v;
+}
+
+// askView shows an ask step: a tool call the tool policy asked a person
+// about.
+function askView(s) {
+  const a = s.ask;
+  return h('div', { class: 'msg ask', 'data-step-kind': 'ask', 'data-ask-call': a.call_id },
+    h('div', { class: 'who' }, 'Asked for approval · call ', h('code', {}, a.call_id)),
+    h('div', {}, h('code', {}, a.tool), a.server ? [' on server ', h('code', {}, a.server)] : '', ': ', a.prompt,
+      a.approvals > 1 ? ' (needs ' + a.approvals + ' approvals)' : ''),
+    h('pre', {}, prettyArguments(a.arguments)));
+}
+
+// answerView shows an answer step: a person's answer to an asked call.
+function answerView(s) {
+  const a = s.answer;
+  const what = { approve: 'approved: the call runs as asked', edit: 'edited: the call runs with these arguments', reject: 'rejected: the call is not run; the model reads', respond: 'answered in the tool’s place: the model reads' }[a.action] || a.action;
+  return h('div', { class: 'msg answer', 'data-step-kind': 'answer', 'data-answer-call': a.call_id, 'data-action': a.action },
+    h('div', { class: 'who' }, 'Answer · call ', h('code', {}, a.call_id), a.answered_at ? ' · ' + clock(Date.parse(a.answered_at), true) : ''),
+    h('div', {}, 'The call was ' + what),
+    a.arguments !== undefined ? h('pre', {}, prettyArguments(a.arguments)) : null,
+    a.message ? h('pre', {}, a.message) : null,
+    a.key ? h('div', { class: 'help' }, 'Idempotency key: ', h('code', {}, a.key)) : null);
 }
 
 function messageView(m, keyOf, callErrors, attempt) {

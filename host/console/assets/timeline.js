@@ -4,7 +4,7 @@
 const SVGNS = 'http://www.w3.org/2000/svg';
 
 const ms = (t) => (t ? Date.parse(t) : NaN);
-const OPEN = new Set(['queued', 'active']);
+const OPEN = new Set(['queued', 'active', 'waiting']);
 
 // buildModel turns the API's records into rows (one per run, in seq order,
 // then one per input this tab saw rejected), input marks and arrows.
@@ -53,7 +53,9 @@ export function buildModel(runs, events, steps, rejected, now) {
       started: ms(r.started_at),
       ended: OPEN.has(r.state) ? NaN : ms(r.ended_at),
       inputs,
+      waits: [],
     };
+    row.waits = waitsOf(row, evs, steps.get(r.id));
     rows.push(row);
     byID.set(r.id, row);
   }
@@ -124,6 +126,43 @@ export function buildModel(runs, events, steps, rejected, now) {
   return { rows, arrows, t0, t1, open, now };
 }
 
+// waitsOf answers the stretches [from, to] a run spent waiting for answers
+// to tool calls (to NaN: it still waits). Its step records are durable and
+// say it best: a stretch starts at the first ask of a model step and ends
+// at the answer that decided the last of its calls. Without them, its
+// waiting and resumed events (kept in memory by the server) say it.
+function waitsOf(row, evs, steps) {
+  const out = [];
+  const asks = (steps || []).filter((s) => s.kind === 'ask' && s.ask);
+  if (asks.length) {
+    const answers = (steps || []).filter((s) => s.kind === 'answer' && s.answer);
+    for (const m of new Set(asks.map((s) => s.model_step))) {
+      const mine = asks.filter((s) => s.model_step === m);
+      const calls = new Set(mine.map((s) => s.ask.call_id));
+      const from = Math.min(...mine.map((s) => ms(s.created_at)));
+      // A call is decided by its last answer (approvals counted by the
+      // server): the wait ended when the last call's last answer came,
+      // unless the run still waits on this step.
+      const got = answers.filter((s) => calls.has(s.answer.call_id));
+      const stillWaits = row.state === 'waiting' && m === Math.max(...asks.map((s) => s.model_step));
+      const to = stillWaits || got.length === 0 ? NaN : Math.max(...got.map((s) => ms(s.created_at)));
+      if (Number.isFinite(from)) out.push([from, to]);
+    }
+    return out;
+  }
+  let from = NaN;
+  for (const e of evs) {
+    if (e.type === 'waiting' && !Number.isFinite(from)) from = ms(e.time);
+    else if ((e.type === 'resumed' || e.type === 'terminal') && Number.isFinite(from)) {
+      out.push([from, ms(e.time)]);
+      from = NaN;
+    }
+  }
+  if (Number.isFinite(from)) out.push([from, NaN]);
+  if (out.length === 0 && row.state === 'waiting') out.push([row.started, NaN]);
+  return out;
+}
+
 const TICKS = [100, 200, 500, 1e3, 2e3, 5e3, 1e4, 15e3, 3e4, 6e4, 12e4, 3e5, 6e5, 9e5, 18e5, 36e5, 72e5, 216e5, 432e5, 864e5];
 
 function pad(n, w = 2) { return String(n).padStart(w, '0'); }
@@ -156,6 +195,10 @@ function describeRun(row) {
     parts.push('input ' + i.id + ' arrived ' + clock(i.time, true) + (i.decision ? ', decision ' + i.decision : '') + (i.coalesced ? ', coalesced' : ''));
   }
   if (Number.isFinite(row.started)) parts.push('started ' + clock(row.started, true));
+  for (const [from, to] of row.waits) {
+    parts.push(Number.isFinite(to) ? 'waited for approval from ' + clock(from, true) + ' to ' + clock(to, true)
+      : 'waits for approval' + (Number.isFinite(from) ? ' since ' + clock(from, true) : ''));
+  }
   if (Number.isFinite(row.ended)) parts.push('ended ' + clock(row.ended, true));
   if (r.absorbed_into_run_id) parts.push('answered by ' + r.absorbed_into_run_id);
   return parts.join('; ');
@@ -178,6 +221,11 @@ export function render(model, width, open) {
     'aria-label': 'Timeline of the thread: inputs as they arrived, runs from start to end, arrows from absorbed inputs to the runs that answered them',
   });
   const defs = el('defs');
+  // Time spent waiting for approval: stripes, so that it reads without
+  // colour too.
+  defs.append(el('pattern', { id: 'hatch-waiting', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
+    el('rect', { class: 'tl-hatch-bg', width: 6, height: 6 }),
+    el('rect', { class: 'tl-hatch', width: 3, height: 6 })));
   for (const k of ['absorbed', 'taken']) {
     defs.append(el('marker', { id: 'head-' + k, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
       el('path', { d: 'M0,0 L10,5 L0,10 z', class: 'tl-head ' + k })));
@@ -231,6 +279,11 @@ export function render(model, width, open) {
     if (Number.isFinite(startBar)) {
       const w = Math.max(3, x(end) - x(startBar));
       g.append(el('rect', { class: 'tl-bar ' + r.state, x: x(startBar), y: y + 18, width: w, height: 12, 'data-bar': r.id }));
+      for (const [from, to] of row.waits) {
+        const a = x(Number.isFinite(from) ? Math.max(from, startBar) : startBar);
+        const b = x(Number.isFinite(to) ? to : end);
+        g.append(el('rect', { class: 'tl-waitseg', x: a, y: y + 16, width: Math.max(4, b - a), height: 16, 'data-wait': Number.isFinite(to) ? 'ended' : 'open' }));
+      }
     }
     for (const inp of row.inputs) {
       const ix = x(inp.time);
