@@ -248,7 +248,7 @@ async function threadsPage(page, params) {
       h('label', { for: 'q' }, 'Search by thread id'),
       input,
       h('p', { class: 'help', id: 'q-help' }, 'Finds the thread with this exact id and, when the server lists threads, those whose id starts with it.')),
-    h('div', { class: 'field', style: 'flex: 0 0 auto' }, h('button', { type: 'submit', class: 'primary' }, 'Search'))),
+    h('div', { class: 'field fit' }, h('button', { type: 'submit', class: 'primary' }, 'Search'))),
     list,
     h('h2', {}, 'Start or continue a thread'),
     submitForm(null, page),
@@ -288,7 +288,7 @@ async function threadsPage(page, params) {
       out.push(h('p', { class: 'muted' }, q ? 'No other thread id starts with “' + q + '”.' : 'No threads yet. Submit an input below to start one.'));
     } else {
       out.push(h('table', {},
-        h('caption', { class: 'muted', style: 'text-align:left' }, q ? 'Threads whose id starts with “' + q + '”' : 'Threads, by id'),
+        h('caption', { class: 'muted' }, q ? 'Threads whose id starts with “' + q + '”' : 'Threads, by id'),
         h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Thread'), h('th', { scope: 'col' }, 'Status'), h('th', { scope: 'col' }, 'Open runs'), h('th', { scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Updated'))),
         h('tbody', {}, threads.map((t) => h('tr', { 'data-thread': t.id, 'data-busy': t.busy ? '1' : '0', 'data-waiting': waiting.has(t.id) ? '1' : '0' },
           h('td', { class: 'mono' }, h('a', { href: threadHref(t.id) }, t.id)),
@@ -959,7 +959,7 @@ async function runPage(page, runID) {
         approvals.section,
         h('h2', {}, 'Transcript'), transcript),
       h('div', {},
-        h('h2', { style: 'margin-top:0' }, 'Submit an input to ', h('code', {}, run.thread_id)),
+        h('h2', { class: 'first' }, 'Submit an input to ', h('code', {}, run.thread_id)),
         submitForm(run.thread_id, page),
         h('h2', {}, 'Events'), eventsBox)));
 
@@ -995,7 +995,7 @@ async function runPage(page, runID) {
       return;
     }
     put(actions, h('div', { class: 'notice warn', role: 'group', 'aria-labelledby': 'cancel-q' },
-      h('p', { id: 'cancel-q', style: 'margin-top:0' }, run.state === 'waiting'
+      h('p', { id: 'cancel-q', class: 'first' }, run.state === 'waiting'
         ? 'Cancel this waiting run? The calls it waits on are not run; it ends interrupted (canceled), and its inputs leave the conversation.'
         : run.state === 'active'
         ? 'Cancel this active run? It stops at once, ends interrupted (canceled), and its inputs leave the conversation.'
