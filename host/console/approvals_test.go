@@ -313,6 +313,10 @@ func TestConsoleApprovals(t *testing.T) {
 			chromedp.WaitNotPresent(css(item)),
 			chromedp.WaitVisible(css(`[data-step-kind="ask"][data-ask-call="`+p.CallID+`"]`)),
 			chromedp.WaitVisible(css(`[data-step-kind="answer"][data-answer-call="`+p.CallID+`"][data-action="approve"]`)),
+			// Ephemeral events (all with seq 0) are told apart: the
+			// second one is listed too.
+			chromedp.WaitVisible(css(`tr[data-event="step_started"]`)),
+			chromedp.WaitVisible(css(`tr[data-event="step_finished"]`)),
 		)
 		completed(t, s, runID)
 		calls := s.tool.of(runID)

@@ -459,7 +459,7 @@ class RunFeed {
       signal: this.signal,
       onEvent: (ev) => {
         const list = this.events.get(runID);
-        if (!list.some((x) => x.seq === ev.seq)) list.push(ev);
+        if (!list.some((x) => sameEvent(x, ev))) list.push(ev);
         if (['input_taken', 'step_finished', 'waiting', 'resumed', 'terminal'].includes(ev.type)) this.stepsWanted.add(runID);
         this.changed(runID, ev);
       },
@@ -496,6 +496,16 @@ class RunFeed {
       this.stepsBusy = false;
     }
   }
+}
+
+// sameEvent reports whether a and b are one event seen twice (a stream
+// resumed after a broken connection sends some again). A durable event is
+// known by its seq; ephemeral ones all have seq 0 and are told apart by
+// what they say.
+function sameEvent(a, b) {
+  if (a.seq !== b.seq) return false;
+  if (a.seq > 0) return true;
+  return a.type === b.type && a.time === b.time && JSON.stringify(a.data) === JSON.stringify(b.data);
 }
 
 function rank(r) { return r.state === 'active' ? 0 : r.state === 'queued' ? 1 : 2; }
@@ -1140,7 +1150,7 @@ async function runPage(page, runID) {
   streamRunEvents(request, runID, {
     signal: page.signal,
     onEvent: (ev) => {
-      if (!events.some((x) => x.seq === ev.seq)) events.push(ev);
+      if (!events.some((x) => sameEvent(x, ev))) events.push(ev);
       drawEvents();
       if (ev.type !== 'delta') reread(); else drawTranscript();
     },
