@@ -99,7 +99,14 @@ func newApprovalServer(t *testing.T) *approvalServer {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.rt, err = host.New(context.Background(), host.Config{
 		Driver: memdriver.New(), Model: m, Tools: []model.Tool{s.tool}, Logger: logger,
-		ToolPolicy: toolpolicy.Static{Verdict: toolpolicy.Ask, Approvals: 1, Prompt: askPrompt},
+		// Calls on threads named "two…" need two approvals.
+		ToolPolicy: toolpolicy.Func(func(_ context.Context, c toolpolicy.Call) (toolpolicy.Decision, error) {
+			n := 1
+			if strings.HasPrefix(c.ThreadID, "two") {
+				n = 2
+			}
+			return toolpolicy.Decision{Verdict: toolpolicy.Ask, Approvals: n, Prompt: askPrompt}, nil
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -331,6 +338,10 @@ func TestConsoleApprovals(t *testing.T) {
 		if got := focusedAttr(t, ctx, "data-approval-outcome"); got != "approve" {
 			t.Errorf("focus after approving is not on the outcome (%q)", got)
 		}
+		run(t, ctx, "the timeline draws the wait that ended",
+			chromedp.Navigate(s.URL+"/ui/#/threads/A1"),
+			chromedp.WaitVisible(css(`#timeline [data-run="`+runID+`"][data-state="completed"] [data-wait="ended"]`)),
+		)
 	})
 
 	t.Run("edit runs the call with new arguments; invalid JSON sends nothing", func(t *testing.T) {
@@ -421,8 +432,18 @@ func TestConsoleApprovals(t *testing.T) {
 		runID, p := s.waiting(t, "P1")
 		item := openWaitingRun(t, ctx, s, runID, p)
 		field := item + ` form[data-form="respond"] textarea`
+		run(t, ctx, "opening and closing the editor with the keyboard",
+			chromedp.Focus(css(item+` [data-action="respond"]`)),
+			chromedp.KeyEvent("\r"),
+			chromedp.WaitVisible(css(field)),
+			chromedp.KeyEvent("\x1b"),
+			chromedp.WaitNotPresent(css(field)),
+		)
+		if got := focusedAttr(t, ctx, "data-action"); got != "respond" {
+			t.Errorf("focus after Escape: %q, want the Respond button", got)
+		}
 		run(t, ctx, "responding with nothing",
-			chromedp.Click(css(item+` [data-action="respond"]`)),
+			chromedp.KeyEvent("\r"),
 			chromedp.WaitVisible(css(field)),
 			chromedp.Click(css(item+` [data-send="respond"]`)),
 			chromedp.WaitVisible(css(item+` .field-error`)),
@@ -440,6 +461,41 @@ func TestConsoleApprovals(t *testing.T) {
 		if calls := s.tool.of(runID); len(calls) != 0 {
 			t.Fatalf("the call answered in the tool's place ran: %+v", calls)
 		}
+	})
+
+	t.Run("a call that needs two approvals takes two clicks, two keys", func(t *testing.T) {
+		runID, p := s.waiting(t, "two1")
+		if p.Approvals != 2 {
+			t.Fatalf("pending call: %+v, want two approvals needed", p)
+		}
+		item := openWaitingRun(t, ctx, s, runID, p)
+		run(t, ctx, "approving once",
+			chromedp.Click(css(item+` [data-action="approve"]`)),
+			chromedp.WaitVisible(css(`[data-approval-outcome="approve"][data-call="`+p.CallID+`"]`)),
+		)
+		run(t, ctx, "the call waits for its second approval",
+			chromedp.Poll[chromedp.Void](`document.querySelector(`+jsString(item)+`)?.textContent.includes("1 of 2 given")`, chromedp.WithPollingTimeout(limit)),
+		)
+		if n := len(s.tool.of(runID)); n != 0 {
+			t.Fatalf("the tool ran after one approval of two (%d calls)", n)
+		}
+		if got := focusedAttr(t, ctx, "data-action"); got != "approve" {
+			t.Errorf("focus after the first approval: %q, want the Approve button", got)
+		}
+		run(t, ctx, "approving again",
+			chromedp.Click(css(item+` [data-action="approve"]`)),
+			chromedp.WaitVisible(css(`#run-state[data-state="completed"]`)),
+		)
+		completed(t, s, runID)
+		if calls := s.tool.of(runID); len(calls) != 1 {
+			t.Fatalf("tool calls after two approvals: %+v, want one", calls)
+		}
+		posts := s.postsFor(runID)
+		if len(posts) != 2 {
+			t.Fatalf("posts: %+v, want two approvals", posts)
+		}
+		fresh(t, posts[0])
+		fresh(t, posts[1])
 	})
 
 	t.Run("an answer given elsewhere first is said plainly, and the page follows", func(t *testing.T) {
