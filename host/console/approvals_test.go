@@ -498,6 +498,26 @@ func TestConsoleApprovals(t *testing.T) {
 		fresh(t, posts[1])
 	})
 
+	t.Run("cancel a waiting run", func(t *testing.T) {
+		runID, p := s.waiting(t, "C1")
+		item := openWaitingRun(t, ctx, s, runID, p)
+		run(t, ctx, "cancelling",
+			chromedp.Click(css(`#cancel`)),
+			chromedp.WaitVisible(css(`#cancel-yes`)),
+		)
+		if q := value(t, ctx, "reading the question", chromedp.Text(css(`#cancel-q`))); !strings.Contains(q, "waiting run") {
+			t.Errorf("the cancel question %q does not speak of a waiting run", q)
+		}
+		run(t, ctx, "confirming",
+			chromedp.Click(css(`#cancel-yes`)),
+			chromedp.WaitVisible(css(`#run-state[data-state="interrupted"]`)),
+			chromedp.WaitNotPresent(css(item)),
+		)
+		if calls := s.tool.of(runID); len(calls) != 0 {
+			t.Fatalf("the call of the canceled run ran: %+v", calls)
+		}
+	})
+
 	t.Run("an answer given elsewhere first is said plainly, and the page follows", func(t *testing.T) {
 		runID, p := s.waiting(t, "X1")
 		item := openWaitingRun(t, ctx, s, runID, p)
