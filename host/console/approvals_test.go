@@ -324,7 +324,12 @@ func TestConsoleApprovals(t *testing.T) {
 			// second one is listed too.
 			chromedp.WaitVisible(css(`tr[data-event="step_started"]`)),
 			chromedp.WaitVisible(css(`tr[data-event="step_finished"]`)),
+			// The events of the wait.
+			chromedp.WaitVisible(css(`tr[data-event="waiting"]`)),
+			chromedp.WaitVisible(css(`tr[data-event="approval"]`)),
+			chromedp.WaitVisible(css(`tr[data-event="resumed"]`)),
 		)
+		writeScreenshot(t, "console-approved.png", value(t, ctx, "a screenshot of the run, approved", chromedp.FullScreenshot(100)))
 		completed(t, s, runID)
 		calls := s.tool.of(runID)
 		if len(calls) != 1 || !sameJSON(t, calls[0].Arguments, `{"path":"/tmp/report.txt"}`) {

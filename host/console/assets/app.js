@@ -1180,10 +1180,15 @@ function askView(s) {
 // answerView shows an answer step: a person's answer to an asked call.
 function answerView(s) {
   const a = s.answer;
-  const what = { approve: 'approved: the call runs as asked', edit: 'edited: the call runs with these arguments', reject: 'rejected: the call is not run; the model reads', respond: 'answered in the tool’s place: the model reads' }[a.action] || a.action;
+  const what = {
+    approve: 'Approved: the call runs as the model asked.',
+    edit: 'Edited: the call runs with these arguments instead.',
+    reject: 'Rejected: the call is not run; the model reads this as its result.',
+    respond: 'Answered in the tool’s place: the call is not run; the model reads this as its result.',
+  }[a.action] || a.action;
   return h('div', { class: 'msg answer', 'data-step-kind': 'answer', 'data-answer-call': a.call_id, 'data-action': a.action },
     h('div', { class: 'who' }, 'Answer · call ', h('code', {}, a.call_id), a.answered_at ? ' · ' + clock(Date.parse(a.answered_at), true) : ''),
-    h('div', {}, 'The call was ' + what),
+    h('div', {}, what),
     a.arguments !== undefined ? h('pre', {}, prettyArguments(a.arguments)) : null,
     a.message ? h('pre', {}, a.message) : null,
     a.key ? h('div', { class: 'help' }, 'Idempotency key: ', h('code', {}, a.key)) : null);
