@@ -550,4 +550,32 @@ func TestConsoleApprovals(t *testing.T) {
 			t.Fatalf("the call rejected elsewhere ran: %+v", calls)
 		}
 	})
+
+	t.Run("a run canceled meanwhile is said to wait no more", func(t *testing.T) {
+		runID, p := s.waiting(t, "N1")
+		item := openWaitingRun(t, ctx, s, runID, p)
+		s.mu.Lock()
+		s.before = func(approvalPost) {
+			if _, err := s.rt.Cancel(context.Background(), runID); err != nil {
+				t.Errorf("canceling elsewhere: %v", err)
+			}
+		}
+		s.mu.Unlock()
+		run(t, ctx, "approving a call of a run canceled meanwhile",
+			chromedp.Click(css(item+` [data-action="approve"]`)),
+			chromedp.WaitVisible(css(`[data-approval-outcome="not_waiting"][data-call="`+p.CallID+`"]`)),
+			chromedp.WaitVisible(css(`#run-state[data-state="interrupted"]`)),
+			chromedp.WaitNotPresent(css(item)),
+		)
+		msg := value(t, ctx, "reading the outcome", chromedp.Text(css(`[data-approval-outcome="not_waiting"]`)))
+		if !strings.Contains(msg, "no longer waits for this call") {
+			t.Errorf("the outcome %q does not say the run waits no more", msg)
+		}
+		if got := focusedAttr(t, ctx, "data-approval-outcome"); got != "not_waiting" {
+			t.Errorf("focus after the refusal: %q, want the outcome", got)
+		}
+		if calls := s.tool.of(runID); len(calls) != 0 {
+			t.Fatalf("the call of the canceled run ran: %+v", calls)
+		}
+	})
 }
