@@ -636,7 +636,8 @@ const ACTION_DONE = { approve: 'Approved', edit: 'Edited and approved', reject: 
 // "2 minutes ago".
 function relative(t, now = Date.now()) {
   const d = (t - now) / 1000;
-  const fmt = new Intl.RelativeTimeFormat(undefined, { numeric: 'auto' });
+  // In English, as the rest of the page.
+  const fmt = new Intl.RelativeTimeFormat('en', { numeric: 'auto' });
   for (const [unit, s] of [['day', 86400], ['hour', 3600], ['minute', 60]]) {
     if (Math.abs(d) >= s) return fmt.format(Math.round(d / s), unit);
   }
@@ -646,6 +647,7 @@ function relative(t, now = Date.now()) {
 // prettyArguments is a call's arguments as the API gives them (JSON, or a
 // string holding the model's text when it was not JSON) for reading.
 function prettyArguments(args) {
+  if (args === undefined) return '';
   if (typeof args === 'string') return args;
   return JSON.stringify(args, null, 2);
 }
