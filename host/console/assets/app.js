@@ -836,7 +836,7 @@ function approvalsPanel(runID, page, answered) {
           err = e;
           // The server did not answer, or answered that it could not
           // now: the same answer again, with the same key, a moment later.
-          if (!(e instanceof APIError) || !(e.status === 0 || e.status >= 500) || e.status === 501) break;
+          if (!(e instanceof APIError) || !(e.status === 0 || e.status >= 500) || e.status === 501 || i === 2) break;
           if (page.signal.aborted) return;
           put(status, h('p', { class: 'muted' }, 'The server did not answer; trying again with the same key…'));
           await new Promise((r) => setTimeout(r, 1000 * (i + 1)));
