@@ -3,6 +3,7 @@ package driverrpc
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -121,7 +122,9 @@ func FromStatus(err error) error {
 }
 
 // errorFields is the wire form of an error inside a reply (CommitResult):
-// ToStatus's code, message and ErrorInfo reason.
+// ToStatus's code, message and ErrorInfo reason. The message is made valid
+// UTF-8 (a proto string must be): an error quoting a bad byte of a batch
+// must not make the whole reply fail to encode.
 func errorFields(err error) (code int32, msg, reason string) {
 	st, _ := status.FromError(ToStatus(err))
 	for _, d := range st.Details() {
@@ -129,7 +132,7 @@ func errorFields(err error) (code int32, msg, reason string) {
 			reason = info.Reason
 		}
 	}
-	return int32(st.Code()), st.Message(), reason
+	return int32(st.Code()), strings.ToValidUTF8(st.Message(), "\uFFFD"), reason
 }
 
 // errorFromFields is the inverse of errorFields, through FromStatus.
