@@ -108,8 +108,9 @@ func main() {
 
 func run(out, scale string, hostsRuns, hostsPairs int) error {
 	jobs := []job{
-		{pkg: "./plugins/badgerstore/badgerdriver", bench: "BenchmarkCommit", benchtime: scale},
-		{pkg: "./host/driverhost", bench: ".", benchtime: scale},
+		// Measured in turn with job 12, round by round (pairs).
+		{pkg: "./plugins/badgerstore/badgerdriver", bench: "BenchmarkCommit", benchtime: third(scale)},
+		{pkg: "./host/driverhost", bench: "BenchmarkCommitSteps|BenchmarkRoundTrip", benchtime: scale},
 		{pkg: "./host/wasm", bench: "Decide", benchtime: "100000x"},
 		{pkg: "./host/wasm", bench: "Load|Instance", benchtime: "10x"},
 		{pkg: "./host", bench: "^BenchmarkRunsEndToEnd$|StepOverhead|MemoryPerQueued|ThreadLength|DurableSteps", benchtime: scale},
@@ -123,6 +124,7 @@ func run(out, scale string, hostsRuns, hostsPairs int) error {
 		{pkg: "./soak", bench: "HTTPClosedLoop", benchtime: "4000x"},
 		// Three serve processes against one, in turn within the job.
 		{pkg: "./soak", bench: "HostsCPU", benchtime: fmt.Sprintf("%dx", hostsRuns), pg: true, flags: []string{fmt.Sprintf("-hostscpu.pairs=%d", hostsPairs)}},
+		{pkg: "./host/driverhost", bench: "BenchmarkCommit$", benchtime: third(scale)},
 	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.
@@ -205,7 +207,13 @@ type comparison struct {
 
 func pairs() []pair {
 	const host, dbos = "./host", "./bench/dbospeer"
-	return []pair{{a: 6, b: 7, rounds: 6, cmp: []comparison{
+	const bd, dh = "./plugins/badgerstore/badgerdriver", "./host/driverhost"
+	var commits []comparison
+	for _, n := range []int{1, 16, 64} {
+		commits = append(commits, comparison{keyA: fmt.Sprintf("%s BenchmarkCommit/badgerstore/threads=%d", dh, n), unitA: "commits/s",
+			keyB: fmt.Sprintf("%s BenchmarkCommit/threads=%d", bd, n), unitB: "commits/s", ratioUnit: "ratio:inproc"})
+	}
+	return []pair{{a: 12, b: 0, rounds: 4, cmp: commits}, {a: 6, b: 7, rounds: 6, cmp: []comparison{
 		{keyA: host + " BenchmarkPgRunsEndToEnd/hosts=1/clients=64", unitA: "runs/s", keyB: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64", unitB: "runs/s", ratioUnit: "ratio:peer"},
 		{keyA: host + " BenchmarkPgRunsEndToEnd/hosts=3/clients=64", unitA: "runs/s", keyB: dbos + " BenchmarkDBOSOneStepWorkflow/concurrency=64", unitB: "runs/s", ratioUnit: "ratio:peer"},
 	}}}
