@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
@@ -174,4 +175,17 @@ func (b *brokenSteps) ListThreads(ctx context.Context, after string, limit int) 
 		ts[0], ts[len(ts)-1] = ts[len(ts)-1], ts[0]
 	}
 	return ts, err
+}
+
+// CommitMany commits each batch through the broken Commit, so that the
+// driver is as broken for the commits the host sends together as for the
+// others (the embedded driver's own CommitMany would be correct).
+func (b *brokenSteps) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
+	vs, es := make([]int64, len(bs)), make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, bt := range bs {
+		wg.Go(func() { vs[i], es[i] = b.Commit(ctx, bt) })
+	}
+	wg.Wait()
+	return vs, es
 }
