@@ -95,18 +95,19 @@ func main() {
 	scale := flag.String("benchtime", "3s", "benchtime of the throughput benchmarks")
 	hostsRuns := flag.Int("hosts-runs", 200, "runs per round of the several-hosts CPU benchmark (BenchmarkHostsCPU)")
 	hostsPairs := flag.Int("hosts-pairs", 3, "pairs of rounds of the several-hosts CPU benchmark")
+	only := flag.String("section", "", "run only the benchmarks of the section with this title, and write the report with only it")
 	flag.Parse()
 	if *hostsRuns < 2 || *hostsPairs < 1 {
 		fmt.Fprintln(os.Stderr, "benchreport: -hosts-runs must be at least 2 and -hosts-pairs at least 1")
 		os.Exit(2)
 	}
-	if err := run(*out, *scale, *hostsRuns, *hostsPairs); err != nil {
+	if err := run(*out, *scale, *hostsRuns, *hostsPairs, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, scale string, hostsRuns, hostsPairs int) error {
+func run(out, scale string, hostsRuns, hostsPairs int, only string) error {
 	jobs := []job{
 		// Measured in turn with job 12, round by round (pairs).
 		{pkg: "./plugins/badgerstore/badgerdriver", bench: "BenchmarkCommit", benchtime: third(scale)},
@@ -126,10 +127,38 @@ func run(out, scale string, hostsRuns, hostsPairs int) error {
 		{pkg: "./soak", bench: "HostsCPU", benchtime: fmt.Sprintf("%dx", hostsRuns), pg: true, flags: []string{fmt.Sprintf("-hostscpu.pairs=%d", hostsPairs)}},
 		{pkg: "./host/driverhost", bench: "BenchmarkCommit$", benchtime: third(scale)},
 	}
+	// With -section, the jobs of the other sections are skipped.
+	skip := map[int]bool{}
+	if only != "" {
+		found := false
+		for _, sec := range sections() {
+			if sec.title == only {
+				found = true
+				continue
+			}
+			for _, j := range sec.jobs {
+				skip[j] = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("no section titled %q", only)
+		}
+		for _, sec := range sections() {
+			if sec.title == only {
+				for _, j := range sec.jobs {
+					skip[j] = false
+				}
+			}
+		}
+	}
+	needPG := false
+	for i, j := range jobs {
+		needPG = needPG || (j.pg && !skip[i])
+	}
 	// One PostgreSQL server, with fsync on, for every job that needs one:
 	// agenthost and its peer measured on the same server in the same run.
 	pgURL := os.Getenv(pgtest.EnvURL)
-	if pgURL == "" {
+	if pgURL == "" && needPG {
 		c, err := pgtest.Start("")
 		if err != nil {
 			return fmt.Errorf("starting PostgreSQL: %w", err)
@@ -161,7 +190,7 @@ func run(out, scale string, hostsRuns, hostsPairs int) error {
 		paired[p.a], paired[p.b] = true, true
 	}
 	for i, j := range jobs {
-		if paired[i] {
+		if paired[i] || skip[i] {
 			continue
 		}
 		if err := exec1(j, res); err != nil {
@@ -169,12 +198,15 @@ func run(out, scale string, hostsRuns, hostsPairs int) error {
 		}
 	}
 	for _, p := range pairs() {
+		if skip[p.a] || skip[p.b] {
+			continue
+		}
 		if err := p.run(jobs, res, exec1); err != nil {
 			return err
 		}
 	}
 	var b strings.Builder
-	writeReport(&b, res, jobs, machine(), start, time.Since(start), load0, loadavg())
+	writeReport(&b, res, jobs, machine(), start, time.Since(start), load0, loadavg(), only)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ BenchmarkExampleDecide/lang=native-2   	  100000	        40 ns/op	        20 p50
 `), "./soak", res, io.Discard)
 	jobs := []job{{pkg: "a"}, {pkg: "c"}, {pkg: "e"}, {pkg: "g"}, {pkg: "i"}, {pkg: "k"}, {pkg: "m", pg: true}, {pkg: ".", dir: "bench/dbospeer", bench: "D", benchtime: "3s", pg: true}, {pkg: "./guests/examples"}, {pkg: "./host/mcp"}, {pkg: "./soak"},
 		{pkg: "./soak", bench: "HostsCPU", benchtime: "200x", pg: true, flags: []string{"-hostscpu.pairs=3"}}, {pkg: "./host/driverhost"}}
-	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2")
+	writeReport(&b, res, jobs, "test machine", time.Unix(0, 0), time.Second, "1", "2", "")
 	out := b.String()
 	for _, want := range []string{
 		"| badgerstore through the plugin, 64 threads | 3,260 | badger in process (same durability, group commit), interleaved (ratio: median of pairs) | 17,020 | 0.2× | ≥ 20,000 commits/s and ≥ 0.5× in process | **not met** |",
@@ -98,5 +98,15 @@ func TestPairMedians(t *testing.T) {
 	// the rounds' spread is what the median hides).
 	if got := res["a X"]["ratio:peer"]; got != 2 {
 		t.Errorf("ratio %v, want 2", got)
+	}
+}
+
+// A report of one section holds that section only.
+func TestReportOneSection(t *testing.T) {
+	var b strings.Builder
+	writeReport(&b, results{}, make([]job, 13), "test machine", time.Unix(0, 0), time.Second, "1", "2", "Store drivers")
+	out := b.String()
+	if !strings.Contains(out, "## Store drivers") || strings.Contains(out, "## Wasm policies") {
+		t.Fatalf("report of one section:\n%s", out)
 	}
 }
