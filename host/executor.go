@@ -228,6 +228,14 @@ func (rt *Runtime) execute(ex *runExec) {
 			id = rt.cfg.NewID("msg")
 		}
 		call := record.Message{ID: id, ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}
+		if final {
+			// The answer's step record goes in the terminal commit: one
+			// commit makes both durable, and nothing acts on the answer
+			// before it (its step's end is told with it, see committed).
+			e.commit(runstate.CommitTerminal{Reason: record.ReasonCompleted, Answer: resp.Content, Steps: e.steps, Absorb: e.absorb(),
+				Final: e.stepRecord(step, record.StepModel, call)})
+			return
+		}
 		// The model's message is durable before anything acts on it: a
 		// recovered run does not call the model for this step again.
 		if !e.commitStep(step, record.StepModel, &call) {
@@ -235,10 +243,6 @@ func (rt *Runtime) execute(ex *runExec) {
 			return
 		}
 		rt.emit(e.run.ID, e.run.ThreadID, EventStepFinished, map[string]string{"step": itoa(step)})
-		if final {
-			e.commit(runstate.CommitTerminal{Reason: record.ReasonCompleted, Answer: resp.Content, Steps: e.steps, Absorb: e.absorb()})
-			return
-		}
 		e.convo = append(e.convo, call)
 		e.steps = append(e.steps, call)
 		switch e.callTools(tools, step, &call, nil) {
@@ -478,8 +482,7 @@ func (e *execution) commitStep(step int, kind record.StepKind, m *record.Message
 	if !e.durable {
 		return true
 	}
-	st := record.Step{ID: e.rt.cfg.NewID("step"), RunID: e.run.ID, ThreadID: e.run.ThreadID, Seq: e.nextSeq,
-		Attempt: e.run.Attempt, Model: step, Kind: kind, Message: *m, CreatedAt: e.rt.cfg.Now()}
+	st := *e.stepRecord(step, kind, *m)
 	backoff := 50 * time.Millisecond
 	for {
 		if e.ex.ctx.Err() != nil {
@@ -517,6 +520,16 @@ func (e *execution) commitStep(step int, kind record.StepKind, m *record.Message
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// stepRecord is the run's next step record, holding m; nil over a store
+// that keeps no step records.
+func (e *execution) stepRecord(step int, kind record.StepKind, m record.Message) *record.Step {
+	if !e.durable {
+		return nil
+	}
+	return &record.Step{ID: e.rt.cfg.NewID("step"), RunID: e.run.ID, ThreadID: e.run.ThreadID, Seq: e.nextSeq,
+		Attempt: e.run.Attempt, Model: step, Kind: kind, Message: m, CreatedAt: e.rt.cfg.Now()}
 }
 
 // emitStep emits the event of a committed step record.
@@ -875,8 +888,11 @@ func (e *execution) commit(c runstate.CommitTerminal) {
 			return
 		case errors.Is(err, runstate.ErrNotActive), errors.Is(err, runstate.ErrNotOwner):
 			// Already ended (an earlier attempt whose reply was lost), or
-			// recovered by another epoch: nothing more to do here.
-			rt.log.Warn("terminal commit refused: the run moved on", "run", e.run.ID, "err", err)
+			// recovered by another epoch, or canceled while its model
+			// answered: nothing more to do here.
+			if !e.ex.canceled() {
+				rt.log.Warn("terminal commit refused: the run moved on", "run", e.run.ID, "err", err)
+			}
 			rt.settled(e.run.ID)
 			return
 		case !transient(err) && c.Reason == record.ReasonCompleted:
@@ -925,6 +941,16 @@ func (e *execution) landed(c runstate.CommitTerminal) (record.Run, []runstate.Dr
 
 func (e *execution) committed(done record.Run, c runstate.CommitTerminal, dropped []runstate.DroppedAbsorb) {
 	rt := e.rt
+	if f := c.Final; f != nil {
+		// The answer's step record, written with the end. Its step ended
+		// when the model answered: told now that the record is durable,
+		// dated then, so that a stream gives it after the record's
+		// step_committed (of the same time) and before the terminal event.
+		rt.emitAt(f.CreatedAt, e.run.ID, e.run.ThreadID, EventStepFinished, map[string]string{"step": itoa(f.Model)})
+		e.nextSeq++
+		rt.stats.stepCommits.Add(1)
+		e.emitStep(*f)
+	}
 	ids := []string{done.ID}
 	for _, a := range c.Absorb {
 		if slices.ContainsFunc(dropped, func(d runstate.DroppedAbsorb) bool { return d.RunID == a.RunID }) {

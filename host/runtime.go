@@ -562,7 +562,11 @@ func (rt *Runtime) Events(runID string, afterSeq int64) ([]Event, <-chan struct{
 }
 
 func (rt *Runtime) emit(runID, threadID string, typ EventType, data map[string]string) {
-	now := rt.cfg.Now()
+	rt.emitAt(rt.cfg.Now(), runID, threadID, typ, data)
+}
+
+// emitAt emits an event of what happened at now.
+func (rt *Runtime) emitAt(now time.Time, runID, threadID string, typ EventType, data map[string]string) {
 	rt.events.emit(now, runID, threadID, typ, data)
 	if typ == EventTerminal && data["reason"] == string(record.ReasonFailed) {
 		rt.log.Error("run failed", "run", runID, "thread", threadID, "err", data["error"])

@@ -46,7 +46,9 @@
 //     completing run and end their runs superseded/absorbed, pointing at it,
 //     with no assistant message; the run's TranscriptIDs keep where the model
 //     saw them. Runs it took and did not absorb are released (TakenBy
-//     cleared): every run it took, when it does not complete.
+//     cleared): every run it took, when it does not complete. A completed
+//     run's commit may carry the answer's step record (Final), written with
+//     it.
 //   - Recover: an active run whose owner is gone is queued again with
 //     attempt+1, keeping its takes, or fails once it has used its attempts,
 //     releasing them; a waiting run (with NewOwner) stays active and waiting

@@ -322,7 +322,7 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 	if len(m.Absorb) > 0 && m.Reason != record.ReasonCompleted {
 		return Effects{}, fmt.Errorf("%w: run %s ends %s and carries %d absorb entries", ErrAbsorbNotCompleted, m.RunID, m.Reason, len(m.Absorb))
 	}
-	if m.Reason != record.ReasonCompleted && (len(m.Steps) > 0 || m.Answer != "") {
+	if m.Reason != record.ReasonCompleted && (len(m.Steps) > 0 || m.Answer != "" || m.Final != nil) {
 		return Effects{}, fmt.Errorf("%w: run %s ends %s and writes messages; only a completed run writes messages", ErrInvalid, m.RunID, m.Reason)
 	}
 	if m.ThreadID != s.Thread.ID {
@@ -340,6 +340,19 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 	}
 	if err := checkSteps(m.Steps); err != nil {
 		return Effects{}, err
+	}
+	if f := m.Final; f != nil {
+		if err := checkID("step id", f.ID); err != nil {
+			return Effects{}, err
+		}
+		switch {
+		case f.Seq <= 0:
+			return Effects{}, fmt.Errorf("%w: final step of run %s has seq %d", ErrInvalid, m.RunID, f.Seq)
+		case f.Kind != record.StepModel || len(f.Message.ToolCalls) > 0 || len(f.Taken) > 0:
+			return Effects{}, fmt.Errorf("%w: final step of run %s must be a model step without tool calls", ErrInvalid, m.RunID)
+		case f.Message.Content != m.Answer:
+			return Effects{}, fmt.Errorf("%w: final step of run %s does not hold the answer", ErrInvalid, m.RunID)
+		}
 	}
 
 	if m.Reason == record.ReasonCompleted && len(s.Open[i].Pending) > 0 {
@@ -429,10 +442,21 @@ func commitTerminal(s Snapshot, m CommitTerminal) (Effects, error) {
 	t.OpenRunIDs = slices.DeleteFunc(t.OpenRunIDs, func(id string) bool { return closed[id] })
 	t.UpdatedAt = m.Now
 	recs := append([]record.Run{run}, absorbed...)
+	var steps []record.Step
+	if f := m.Final; f != nil {
+		st := *f
+		st.Message, st.Taken = cloneMessage(f.Message), slices.Clone(f.Taken)
+		st.RunID, st.ThreadID, st.Attempt = run.ID, run.ThreadID, run.Attempt
+		if st.CreatedAt.IsZero() {
+			st.CreatedAt = m.Now // else when the model answered
+		}
+		steps = []record.Step{st}
+	}
 	return Effects{
 		Thread:           &t,
 		RunRecords:       append(recs, released...),
 		HistoryMutations: hist,
+		Steps:            steps,
 		Run:              &run,
 		Dropped:          dropped,
 		Released:         releasedIDs,

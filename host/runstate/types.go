@@ -151,6 +151,14 @@ type CommitTerminal struct {
 	Steps []record.Message
 	// Error is recorded on a failed run.
 	Error string
+	// Final, when set, is the step record of the model message that answers
+	// (Kind model, no tool calls, the Answer as its content), appended to
+	// the run's step log in this commit: the answer is made durable once,
+	// with the run's end, rather than by a step commit of its own just
+	// before it. Only with Reason completed; its Seq is the next of the
+	// run's log (the driver checks it), and the reducer sets its run,
+	// thread and attempt, and its time if it has none.
+	Final *record.Step
 	// Absorb lists the queued runs to absorb; only with Reason completed.
 	Absorb []AbsorbEntry
 	Now    time.Time
@@ -261,7 +269,8 @@ type Effects struct {
 	RunRecords       []record.Run
 	HistoryMutations []HistoryMutation
 	Idempotency      []record.Idempotency
-	// Steps are step records to append (Take's).
+	// Steps are step records to append (Take's, and CommitTerminal's
+	// Final).
 	Steps []record.Step
 
 	// Reported, not written.

@@ -322,6 +322,9 @@ func (s *Store) Start(ctx context.Context, threadID, owner string) (record.Run, 
 // CommitTerminal ends an active run; see runstate.CommitTerminal. It returns
 // the run as committed and the absorb entries that were dropped.
 func (s *Store) CommitTerminal(ctx context.Context, m runstate.CommitTerminal) (record.Run, []runstate.DroppedAbsorb, error) {
+	if s.steps == nil {
+		m.Final = nil // a driver without step records refuses a batch with steps
+	}
 	eff, err := s.reduce(ctx, m.ThreadID, s.opt.Fence(m.Owner), func() runstate.Mutation {
 		m.Now = s.opt.Now()
 		return m
