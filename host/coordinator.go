@@ -303,6 +303,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	ctx := rt.baseCtx
 	owner := rt.lease.owner()
 	run, handed := rt.coord.takeStarted(thread)
+	adopted := false
 	var err error
 	if !handed {
 		run, err = rt.st.Start(ctx, thread, owner)
@@ -334,7 +335,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		if len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
 			return false
 		}
-		run = snap.Runs[0]
+		run, adopted = snap.Runs[0], true
 		switch {
 		case Waiting(run) && !rt.coord.takeStopWaiting(thread, run.ID):
 			rt.armWaiting(ctx, run, nil)
@@ -364,6 +365,11 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	if Waiting(run) {
 		ex.interrupt(run.ID) // taken above: it is to stop
 	}
+	// A run this worker's commit (or its admission's) just made active
+	// for the first time has no steps to resume from: only an execution
+	// writes steps, and a run executed before is active again only
+	// through a recovery, which counts an attempt.
+	ex.fresh = !adopted && run.Attempt == 1
 	rt.execute(ex)
 	rt.coord.dropStarted(thread, run.ID) // adopted before its admission handed it over
 	if rt.coord.takeStopWaiting(thread, run.ID) {

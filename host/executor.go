@@ -32,6 +32,9 @@ type runExec struct {
 	stepCtx context.Context         // done too when the run is interrupted
 	stop    context.CancelCauseFunc // interrupts the run
 	steps   atomic.Int32            // model steps finished, for the policy
+	// fresh: the run was started for the first time just now, so it has
+	// no step records (rebuild has nothing to read).
+	fresh bool
 }
 
 func (ex *runExec) init(base context.Context, run record.Run) {
@@ -135,7 +138,7 @@ func (rt *Runtime) execute(ex *runExec) {
 	for _, id := range e.run.InputMessageIDs {
 		e.seen[id] = true
 	}
-	if e.durable {
+	if e.durable && !ex.fresh {
 		if err := e.rebuild(); err != nil {
 			if ex.ctx.Err() == nil {
 				e.fail(fmt.Errorf("resuming from the run's steps: %w", err))
