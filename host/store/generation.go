@@ -28,6 +28,7 @@ func (s *Store) revalidate() uint64 {
 		s.snaps.reset()
 		s.hist.reset()
 		s.done.reset()
+		s.memo.reset()
 		s.gen.Store(n)
 	}
 	return n

@@ -58,7 +58,8 @@ func TestStoreProperties(t *testing.T) {
 		ctx := context.Background()
 		d := memdriver.New()
 		m := &model{
-			d: d, s: store.New(d, store.Options{MaxAttempts: 3}), epoch: 1,
+			// A window of a few messages, so that it moves along the threads.
+			d: d, s: store.New(d, store.Options{MaxAttempts: 3, HistoryWindow: rapid.IntRange(1, 12).Draw(t, "window"), PageSize: 4}), epoch: 1,
 			threads: []string{"T1", "T2"}, accepted: map[string]acceptedInput{},
 		}
 		submit := func(t *rapid.T) { m.submit(ctx, t) }
@@ -211,6 +212,11 @@ func (m *model) endOn(ctx context.Context, t *rapid.T, th string) {
 	}
 	if len(absorb) > 1 && rapid.IntRange(0, 3).Draw(t, "shuffle") == 3 {
 		absorb[0], absorb[len(absorb)-1] = absorb[len(absorb)-1], absorb[0]
+	}
+	// Its prompt, which the store layer computes twice in tests (the memo
+	// of the thread's projection, and the window's), failing if they differ.
+	if _, err := m.s.Prompt(ctx, run, nil); err != nil {
+		t.Fatalf("prompt of %s: %v", run.ID, err)
 	}
 	c := runstate.CommitTerminal{ThreadID: th, RunID: run.ID, Owner: m.owner(), Reason: reason, Absorb: absorb}
 	if reason == record.ReasonCompleted {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -102,6 +103,7 @@ type Store struct {
 	snaps snapCache
 	hist  histCache
 	done  doneCache
+	memo  promptMemo
 
 	// gen is the driver generation the caches were filled under (see
 	// revalidate).
@@ -148,7 +150,7 @@ func New(d driver.Driver, opt Options) *Store {
 	ss, _ := d.(driver.StepStore)
 	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
 		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
-		done: doneCache{f: newFIFO[doneRun](8192)}}
+		done: doneCache{f: newFIFO[doneRun](8192)}, memo: promptMemo{f: newFIFO[*threadMemo](256)}}
 	if g, ok := d.(Generational); ok {
 		s.gen.Store(g.Generation())
 	}
@@ -841,7 +843,8 @@ func (s *Store) runsOf(ctx context.Context, msgs []record.Message, known func(id
 // the end of the thread's settled conversation — the whole runs among the
 // last Options.HistoryWindow messages of its history — then the run's
 // inputs, then taken. It reads what is new since the last prompt of the
-// thread (cached, see histCache), not the thread.
+// thread (cached, see histCache), not the thread, and projects only that
+// (see promptMemo).
 func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Message) ([]record.Message, error) {
 	// The run was started through this store layer, whose commit left the
 	// thread's end: what the prompt needs was written before it.
@@ -849,10 +852,84 @@ func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Messa
 	if snap, ok := s.snaps.peek(run.ThreadID); ok {
 		end = snap.NextMessageSeq - 1
 	}
+	gen := s.revalidate()
 	tail, from, err := s.tail(ctx, run.ThreadID, end, run.InputMessageIDs)
 	if err != nil {
 		return nil, err
 	}
+	took := s.memo.take(run.ThreadID, gen)
+	m, keep := took, false
+	defer func() {
+		switch {
+		case keep && s.current(gen):
+			s.memo.put(run.ThreadID, m)
+		case took != nil:
+			s.memo.release(run.ThreadID, took)
+		}
+	}()
+	if m == nil {
+		m = newThreadMemo(gen, from-1)
+	}
+	lookup := func(ids []string) (map[string]record.Run, error) { return s.terminalRuns(ctx, run.ThreadID, ids) }
+	ok, err := m.advance(tail, from, run.ID, lookup)
+	if err == nil && !ok && len(tail) > 0 {
+		m = newThreadMemo(gen, tail[0].Seq-1) // start again from what tail holds
+		ok, err = m.advance(tail, from, run.ID, lookup)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p []record.Message
+	if ok {
+		p, ok = m.prompt(run, from, taken)
+	}
+	keep = ok
+	if ok && !verifyMemo {
+		return p, nil
+	}
+	full, err := s.promptWindow(ctx, run, tail, from, taken)
+	if err != nil || !ok {
+		return full, err
+	}
+	if !slices.EqualFunc(p, full, func(a, b record.Message) bool { return a.ID == b.ID && a.Seq == b.Seq && a.Content == b.Content }) {
+		keep = false
+		return nil, fmt.Errorf("prompt of run %s: the memo's %d messages differ from the window's %d", run.ID, len(p), len(full))
+	}
+	return p, nil
+}
+
+// terminalRuns returns the runs among ids of a thread, known terminal or
+// read.
+func (s *Store) terminalRuns(ctx context.Context, thread string, ids []string) (map[string]record.Run, error) {
+	byID := s.hist.terminal(thread, ids)
+	var need []string
+	for _, id := range ids {
+		if _, ok := byID[id]; !ok {
+			need = append(need, id)
+		}
+	}
+	var done []record.Run
+	for len(need) > 0 {
+		n := min(len(need), s.opt.PageSize)
+		fetched, err := s.d.GetRuns(ctx, need[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range fetched {
+			byID[r.ID] = r
+			if runstate.IsTerminal(r.State) {
+				done = append(done, r)
+			}
+		}
+		need = need[n:]
+	}
+	s.hist.addTerminal(thread, done)
+	return byID, nil
+}
+
+// promptWindow projects run's prompt from tail, the thread's end, whose
+// window starts at from (see runstate.PromptWindow).
+func (s *Store) promptWindow(ctx context.Context, run record.Run, tail []record.Message, from int64, taken []record.Message) ([]record.Message, error) {
 	window := tail[sort.Search(len(tail), func(i int) bool { return tail[i].Seq >= from }):]
 	runs, err := s.runsOf(ctx, window, func(ids []string) map[string]record.Run { return s.hist.terminal(run.ThreadID, ids) }, []record.Run{run})
 	if err != nil {
