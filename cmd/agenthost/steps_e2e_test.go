@@ -82,8 +82,9 @@ type killPoint struct {
 	// kill), inflight its key after the run's id; empty when no tool call
 	// is in flight.
 	hold, inflight string
-	// holdModel holds the model's call of step planFinal; final lets that
-	// answer be committed as a step, and the terminal commit not.
+	// holdModel holds the model's call of step planFinal; final lets the
+	// model answer and stops the run in the terminal commit that carries
+	// the answer's step record, which is then not applied.
 	holdModel, final bool
 	// committed is how many step records the run committed before the
 	// kill.
@@ -100,7 +101,7 @@ func killPoints() []*killPoint {
 		{name: "after a model step, before its tools", tag: "k1", hold: "b-k1", inflight: "step1/0", committed: 3},
 		{name: "between two tool calls of one step", tag: "k2", hold: "c-k2", inflight: "step1/1", committed: 4},
 		{name: "after the last tool step, the model's call in flight", tag: "k3", holdModel: true, committed: 8},
-		{name: "after the last step, before the terminal commit", tag: "k4", holdModel: true, final: true, committed: 9},
+		{name: "in the terminal commit that carries the answer", tag: "k4", holdModel: true, final: true, committed: 8},
 	}
 }
 
@@ -459,9 +460,10 @@ func startHeld(t *testing.T, rg *stepsRig, s *server, kps []*killPoint) int {
 // answer and the thread's history are those of the uninterrupted run; no
 // tool call whose result was committed was made again, the call in flight
 // at the kill was made again with its key, and nothing else; no model step
-// that was committed was asked again; the step records are the
-// uninterrupted run's, each once, the first attempt's as many as were
-// committed before the kill.
+// that was committed was asked again, and the answer's step, in flight or
+// lost with the terminal commit that carried it, was asked once more; the
+// step records are the uninterrupted run's, each once, the first
+// attempt's as many as were committed before the kill.
 func checkResumed(t *testing.T, rg *stepsRig, s *server, kps []*killPoint, base map[string]outcome, mark int) {
 	t.Helper()
 	for _, kp := range kps {
@@ -514,8 +516,10 @@ func checkResumed(t *testing.T, rg *stepsRig, s *server, kps []*killPoint, base 
 		asked := rg.modelCalls(planInput(kp.tag), mark)
 		for step := 0; step <= planFinal; step++ {
 			want := 1
-			if kp.holdModel && !kp.final && step == planFinal {
-				want = 2 // in flight at the kill, not committed
+			if kp.holdModel && step == planFinal {
+				// In flight at the kill, or answered and lost with the
+				// terminal commit: never committed either way.
+				want = 2
 			}
 			if asked[step] != want {
 				t.Errorf("%s: the model was asked for step %d %d times, want %d", kp.name, step, asked[step], want)
@@ -591,15 +595,15 @@ exec '%[3]s' "$@"
 	return path, flag
 }
 
-// stopBeforeTerminal lets kp's held answer be committed as a step while
-// its terminal commit can never be: the driver is killed and relaunched
-// with the fault point before-commit@2 armed (its first commit is the
-// answer's step, its second the terminal commit), then every later driver
-// with before-commit@1. It returns once the driver died at the terminal
-// commit.
-func stopBeforeTerminal(t *testing.T, s *server, kp *killPoint, flag string) {
+// stopInTerminal lets kp's held answer come while the terminal commit
+// that carries it can never be applied: the driver is killed and
+// relaunched, it and every later driver with the fault point
+// before-commit@1 armed (the runs held, the relaunched driver's first
+// commit is kp's terminal commit). It returns once the driver died at
+// that commit.
+func stopInTerminal(t *testing.T, s *server, kp *killPoint, flag string) {
 	t.Helper()
-	if err := os.WriteFile(flag, []byte("before-commit@2\n"), 0o644); err != nil {
+	if err := os.WriteFile(flag, []byte("before-commit@1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pids := s.driverPids()
@@ -617,9 +621,6 @@ func stopBeforeTerminal(t *testing.T, s *server, kp *killPoint, flag string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	armed := s.driverPids()[len(pids)]
-	if err := os.WriteFile(flag, []byte("before-commit@1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	kp.modelGate.open()
 	for processAlive(armed) {
 		if time.Now().After(deadline) {
@@ -631,8 +632,8 @@ func stopBeforeTerminal(t *testing.T, s *server, kp *killPoint, flag string) {
 
 // On badgerstore: runs of several tool-calling steps, each stopped at its
 // own point (after a model step before its tools; between two tool calls
-// of one step; with the last model call in flight; after the last step
-// before the terminal commit) when serve is killed with SIGKILL, complete
+// of one step; with the last model call in flight; in the terminal commit
+// that carries the answer) when serve is killed with SIGKILL, complete
 // after the restart as an uninterrupted run does, with no committed step
 // made again and the call in flight made again with its key.
 func TestStepsResumeAfterKill(t *testing.T) {
@@ -651,7 +652,7 @@ func TestStepsResumeAfterKill(t *testing.T) {
 	mark := startHeld(t, rg, s, kps)
 	for _, kp := range kps {
 		if kp.final {
-			stopBeforeTerminal(t, s, kp, flag)
+			stopInTerminal(t, s, kp, flag)
 		}
 	}
 	s.crash()
@@ -666,10 +667,11 @@ func TestStepsResumeAfterKill(t *testing.T) {
 }
 
 // On pgstore with two hosts: the same runs, started on one host before the
-// other joins and stopped at the same points on the host that owns them (the last one by a row lock the test holds on
-// the run's thread, which lets the answer's step be committed and holds
-// the terminal commit back), move to the other host when the owner is
-// killed with SIGKILL and its lease expires, and complete there as an
+// other joins and stopped at the same points on the host that owns them
+// (the last one by a row lock the test holds on the run's thread, which
+// holds back the terminal commit that carries the answer until the owner
+// is dead and its lease expired), move to the other host when the owner
+// is killed with SIGKILL and its lease expires, and complete there as an
 // uninterrupted run does.
 func TestStepsMoveToAnotherHost(t *testing.T) {
 	if testing.Short() {
@@ -710,16 +712,26 @@ func TestStepsMoveToAnotherHost(t *testing.T) {
 		if !kp.final {
 			continue
 		}
-		// pgstore's terminal commit locks the thread's row FOR UPDATE; a
-		// step commit only FOR SHARE, as this lock does.
+		// pgstore's terminal commit (commit_batch3) locks the thread's
+		// row FOR UPDATE; a step commit only FOR SHARE, as this lock does.
 		if _, err := lock.Exec(ctx, "SELECT 1 FROM agenthost.threads WHERE id = $1 FOR SHARE", kp.tag); err != nil {
 			t.Fatal(err)
 		}
 		kp.modelGate.open()
+		// The model answered once the terminal commit that carries the
+		// answer waits for the lock.
 		deadline := time.Now().Add(2 * time.Minute)
-		for len(b.steps(kp.run)) < planRecords {
+		for {
+			var waiting int
+			if err := db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%commit_batch%'",
+				lock.Conn().PgConn().PID()).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the answer's step was not committed", kp.name)
+				t.Fatalf("%s: no terminal commit came to wait for the thread's lock", kp.name)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
