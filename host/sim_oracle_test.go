@@ -62,7 +62,7 @@ type oracle struct {
 	toolRuns   map[string]int            // epoch + " " + idempotency key → how often that process made the call
 	gone       map[string]int64          // process epoch → when it was paused or killed and its successor took over
 	lastCall   map[string]record.Message // run → its last committed model message
-	finals     map[string]string         // run → the answer committed as its last model step
+	finals     map[string]string         // run → the answer committed on its own as its last model step
 	calls      []modelCall               // model calls not judged yet
 	toolExecs  []toolExec                // tool executions not judged yet
 	callKeys   map[string]string         // run/call id → the key its executions carried
@@ -95,17 +95,21 @@ func newOracle(maxAttempts int) *oracle {
 		takeovers: map[string]int{}, asked: map[string]bool{}, decision: map[string]record.Answer{}, decidedAt: map[string]int64{}}
 }
 
-// stepsApplied records step records the store underneath applied (alone, or
-// inside a batch), committed by the process epoch ("" when not known); the
+// stepsApplied records step records the store underneath applied, committed
+// by the process epoch ("" when not known); alone tells a step commit from
+// the records of a batch (a terminal commit carries the answer's). The
 // oracle's lock is held.
-func (o *oracle) stepsApplied(epoch string, steps []record.Step) {
+func (o *oracle) stepsApplied(epoch string, steps []record.Step, alone bool) {
 	for _, st := range steps {
 		o.clock++
 		switch st.Kind {
 		case record.StepModel:
 			o.modelSteps[fmt.Sprintf("%s/%d", st.RunID, st.Model)] = o.clock
 			o.lastCall[st.RunID] = st.Message
-			if len(st.Message.ToolCalls) == 0 {
+			// Only an answer committed before its terminal commit lets a
+			// later execution end the run with it: the answer a terminal
+			// batch carries must have been computed by the run's owner.
+			if len(st.Message.ToolCalls) == 0 && alone {
 				o.finals[st.RunID] = st.Message.Content
 			}
 		case record.StepTool:
@@ -146,7 +150,7 @@ func (o *oracle) stepsApplied(epoch string, steps []record.Step) {
 func (o *oracle) stepBatchApplied(epoch string, b driver.StepBatch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.stepsApplied(epoch, b.Steps)
+	o.stepsApplied(epoch, b.Steps, true)
 }
 
 // modelCalled records that the model was asked for step of the run whose
@@ -250,7 +254,7 @@ func (o *oracle) applied(b driver.Batch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pending = append(o.pending, b)
-	o.stepsApplied("", b.Steps)
+	o.stepsApplied("", b.Steps, false)
 }
 
 // judge folds the batches applied since the last call into the model and
@@ -396,8 +400,8 @@ func (o *oracle) answered(b driver.Batch, r record.Run) {
 		return
 	}
 	// The answer came from an execution by the run's owner, or, committed
-	// as the run's last model step, from an earlier one (the run resumed
-	// with only its terminal commit left).
+	// on its own as the run's last model step, from an earlier one (the
+	// run resumed with only its terminal commit left).
 	o.mu.Lock()
 	final, resumed := o.finals[r.ID]
 	o.mu.Unlock()
