@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -95,19 +94,7 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ApprovalRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			h.fail(w, r, err)
-			return
-		}
-		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object {\"action\": \"approve\"|\"edit\"|\"reject\"|\"respond\", \"arguments\": {...}, \"message\": \"...\"}: %v", host.ErrInvalid, err))
-		return
-	}
-	if dec.More() {
-		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", host.ErrInvalid))
+	if !h.decodeBody(w, r, &req, `{"action": "approve"|"edit"|"reject"|"respond", "arguments": {...}, "message": "..."}`) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")

@@ -362,6 +362,29 @@ func (h *Handler) pathID(w http.ResponseWriter, r *http.Request, name string) (s
 	return id, true
 }
 
+// decodeBody decodes the request's body, one JSON object of the given
+// shape with no unknown field, into v. On failure it answers the request
+// (400 naming the shape, or 413 for a body over the limit) and reports
+// false.
+func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any, shape string) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.fail(w, r, err)
+			return false
+		}
+		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object %s: %v", host.ErrInvalid, shape, err))
+		return false
+	}
+	if dec.More() {
+		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", host.ErrInvalid))
+		return false
+	}
+	return true
+}
+
 // SubmitRequest is the body of POST /v1/threads/{thread_id}/inputs.
 type SubmitRequest struct {
 	Content  string            `json:"content"`
@@ -387,19 +410,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SubmitRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			h.fail(w, r, err)
-			return
-		}
-		h.fail(w, r, fmt.Errorf("%w: body must be a JSON object {\"content\": ..., \"hint\": ..., \"metadata\": {...}}: %v", host.ErrInvalid, err))
-		return
-	}
-	if dec.More() {
-		h.fail(w, r, fmt.Errorf("%w: body holds more than one JSON value", host.ErrInvalid))
+	if !h.decodeBody(w, r, &req, `{"content": ..., "hint": ..., "metadata": {...}}`) {
 		return
 	}
 	if strings.TrimSpace(req.Content) == "" {
