@@ -643,7 +643,14 @@ func (h *Handler) threadMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(msgs) == 0 {
-		if runs, err := h.rt.ThreadRuns(r.Context(), thread); err == nil && len(runs) == 0 {
+		// No conversation yet: a thread with runs, or no thread at all.
+		// A failed read says so; it is not an empty thread.
+		runs, err := h.rt.ThreadRuns(r.Context(), thread)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if len(runs) == 0 {
 			problem(w, http.StatusNotFound, "not_found", "no thread "+strconv.Quote(thread))
 			return
 		}
