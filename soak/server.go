@@ -213,9 +213,15 @@ func (s *Server) DriverPid() (int, error) {
 	return 0, fmt.Errorf("server %d has no driver subprocess", pid)
 }
 
-// KillDriver kills the server's driver subprocess alone with SIGKILL.
+// KillDriver kills the server's driver subprocess alone with SIGKILL. A
+// server may be without one for a moment (it launches a new driver on
+// the store call after the last one ended): it waits up to 30 s for one.
 func (s *Server) KillDriver() (int, error) {
 	pid, err := s.DriverPid()
+	for deadline := time.Now().Add(30 * time.Second); err != nil && s.Running() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		pid, err = s.DriverPid()
+	}
 	if err != nil {
 		return 0, err
 	}
