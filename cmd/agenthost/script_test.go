@@ -158,7 +158,7 @@ func TestScripts(t *testing.T) {
 			// waitserver waits until the server answers /healthz.
 			"waitserver": func(ts *testscript.TestScript, neg bool, args []string) {
 				url := ts.Getenv("AGENTHOST_SERVER") + "/healthz"
-				deadline := time.Now().Add(60 * time.Second)
+				deadline := time.Now().Add(3 * time.Minute)
 				for time.Now().Before(deadline) {
 					if resp, err := http.Get(url); err == nil {
 						resp.Body.Close()
