@@ -112,7 +112,9 @@ func sameAnswer(a, b record.Answer) bool {
 
 // Decided returns the answer that decided an asked call, from its answers
 // in log order, and whether one has: the first that is not an approve, or
-// the approve that made ask's Approvals.
+// the approve that made ask's Approvals. Answer refuses an edit to a call
+// that needs more than one approval, so an edit decides only a call that
+// one approval decides.
 func Decided(ask record.Ask, answers []record.Answer) (record.Answer, bool) {
 	approvals := 0
 	for _, a := range answers {
@@ -164,6 +166,11 @@ func answer(s Snapshot, m Answer) (Effects, error) {
 			return duplicate(s, m.RunID, m.Prior[k]), nil
 		}
 		return Effects{}, &AnsweredError{CallID: a.CallID, Recorded: d, Reason: "was answered already"}
+	}
+	if a.Action == record.AnswerEdit && ask.Approvals > 1 {
+		// An edit decides at once: it must not stand in for the other
+		// approvals the policy asked for.
+		return Effects{}, fmt.Errorf("%w: call %s needs %d approvals; an edit cannot be one of them: reject it and let the model ask again, or approve it as asked", ErrInvalid, a.CallID, ask.Approvals)
 	}
 	i := findOpen(s, m.RunID)
 	if i < 0 {
