@@ -324,7 +324,28 @@ func pendingOf(run record.Run, steps []record.Step) []PendingApproval {
 type waitTimers struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
+	delays map[string]time.Duration // runs whose last pass failed: the next retry's delay
 	closed bool
+}
+
+// backoff returns the delay before run runID's next retry after a failed
+// pass, and doubles the one after it (5 s up to a minute).
+func (w *waitTimers) backoff(runID string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.delays == nil {
+		w.delays = map[string]time.Duration{}
+	}
+	d := max(w.delays[runID], 5*time.Second)
+	w.delays[runID] = min(2*d, time.Minute)
+	return d
+}
+
+// retried forgets run runID's retry delay: a pass succeeded.
+func (w *waitTimers) retried(runID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.delays, runID)
 }
 
 func (w *waitTimers) arm(runID string, d time.Duration, f func()) {
@@ -349,6 +370,7 @@ func (w *waitTimers) disarm(runID string) {
 		t.Stop()
 		delete(w.timers, runID)
 	}
+	delete(w.delays, runID)
 }
 
 func (w *waitTimers) close() {
@@ -376,8 +398,7 @@ func (rt *Runtime) armWaiting(ctx context.Context, run record.Run, steps []recor
 			// Its deadline is found again shortly: expireWaiting reads the
 			// run and its steps, and arms the timer again.
 			rt.log.Warn("reading a waiting run's steps failed; trying again shortly", "run", run.ID, "err", err)
-			id := run.ID
-			rt.waits.arm(id, 5*time.Second, func() { rt.expireWaiting(id) })
+			rt.retryExpire(run.ID)
 			return
 		}
 	}
@@ -395,20 +416,27 @@ func (rt *Runtime) armWaiting(ctx context.Context, run record.Run, steps []recor
 }
 
 // expireWaiting rejects the pending calls of run runID past their deadline,
-// then arms the timer for the rest.
+// then arms the timer for the rest. A store error arms it again after a
+// growing delay (retryExpire): the time limit is never lost while this host
+// runs.
 func (rt *Runtime) expireWaiting(runID string) {
 	ctx, cancel := context.WithTimeout(rt.baseCtx, time.Minute)
 	defer cancel()
 	pend, run, err := rt.PendingApprovals(ctx, runID)
 	if err != nil {
-		if ctx.Err() == nil {
+		if rt.baseCtx.Err() == nil {
 			rt.log.Warn("approval time limit: reading the run failed; trying again shortly", "run", runID, "err", err)
-			rt.waits.arm(runID, 5*time.Second, func() { rt.expireWaiting(runID) })
+			rt.retryExpire(runID)
 		}
 		return
 	}
 	if !Waiting(run) || run.Owner != rt.lease.owner() {
 		rt.waits.disarm(runID)
+		if run.State == record.StateActive && run.Owner == rt.lease.owner() && rt.coord.executing(run.ThreadID) == nil {
+			// Its last answer was committed, but the kick or notice that
+			// executes it again was lost: it is stranded.
+			rt.coord.kick(run.ThreadID)
+		}
 		return
 	}
 	now := rt.cfg.Now()
@@ -418,16 +446,38 @@ func (rt *Runtime) expireWaiting(runID string) {
 		}
 		ans := record.Answer{CallID: p.CallID, Action: record.AnswerReject, Key: timeoutKey,
 			Text: fmt.Sprintf("The call was not run: no answer within %s.", rt.cfg.ApprovalTimeout)}
-		if _, err := rt.answer(ctx, runID, ans); err != nil && !errors.Is(err, ErrAnswered) && !errors.Is(err, ErrNotWaiting) {
-			rt.log.Warn("approval time limit: rejecting the call failed; trying again shortly", "run", runID, "call", p.CallID, "err", err)
-			rt.waits.arm(runID, 5*time.Second, func() { rt.expireWaiting(runID) })
+		_, err := rt.answer(ctx, runID, ans)
+		switch {
+		case err == nil:
+			rt.stats.approvalTimeouts.Add(1)
+			rt.log.Info("tool call rejected: no answer within the time limit", "run", runID, "call", p.CallID, "limit", rt.cfg.ApprovalTimeout)
+		case errors.Is(err, ErrAnswered) || errors.Is(err, ErrNotWaiting):
+			// Answered in the meantime, or the run ended: nothing to reject.
+		default:
+			if rt.baseCtx.Err() == nil {
+				rt.log.Warn("approval time limit: rejecting the call failed; trying again shortly", "run", runID, "call", p.CallID, "err", err)
+				rt.retryExpire(runID)
+			}
 			return
 		}
-		rt.stats.approvalTimeouts.Add(1)
-		rt.log.Info("tool call rejected: no answer within the time limit", "run", runID, "call", p.CallID, "limit", rt.cfg.ApprovalTimeout)
 	}
 	run, err = rt.st.GetRun(ctx, runID)
-	if err == nil && Waiting(run) {
+	switch {
+	case err != nil:
+		if rt.baseCtx.Err() == nil {
+			rt.log.Warn("approval time limit: reading the run failed; trying again shortly", "run", runID, "err", err)
+			rt.retryExpire(runID)
+		}
+	case Waiting(run):
+		rt.waits.retried(runID)
 		rt.armWaiting(ctx, run, nil)
+	default:
+		rt.waits.retried(runID)
 	}
+}
+
+// retryExpire arms run runID's timer again after a store error: 5 s, then
+// twice as long each time, up to a minute, until a pass succeeds.
+func (rt *Runtime) retryExpire(runID string) {
+	rt.waits.arm(runID, rt.waits.backoff(runID), func() { rt.expireWaiting(runID) })
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -560,5 +561,67 @@ func TestApprovalSharedStore(t *testing.T) {
 				t.Fatalf("after the takeover: %+v, calls %v", out, other.tools["ask_x"].calls())
 			}
 		})
+	}
+}
+
+// lostArm fails the first GetRuns after a ReadSteps once armed: the final
+// read of an approval time limit's pass, after it read the run and its
+// steps.
+type lostArm struct {
+	driver.Driver
+	ss      driver.StepStore
+	armed   atomic.Bool
+	failGet atomic.Bool
+	failed  chan struct{}
+}
+
+func (d *lostArm) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
+	if d.failGet.CompareAndSwap(true, false) {
+		close(d.failed)
+		return nil, fmt.Errorf("%w: injected", driver.ErrUnavailable)
+	}
+	return d.Driver.GetRuns(ctx, ids)
+}
+
+func (d *lostArm) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	return d.ss.CommitSteps(ctx, b)
+}
+
+func (d *lostArm) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
+	steps, err := d.ss.ReadSteps(ctx, runID, afterSeq, limit)
+	if d.armed.CompareAndSwap(true, false) {
+		d.failGet.Store(true)
+	}
+	return steps, err
+}
+
+func TestApprovalTimeoutSurvivesAFailedRead(t *testing.T) {
+	// The timer fires before the deadline as the host's clock reads it
+	// (the clock stands still); the pass's last read of the run fails.
+	// The timer must be armed again all the same, and reject the call
+	// once the clock passes the deadline.
+	mem := memdriver.New()
+	d := &lostArm{Driver: mem, ss: mem, failed: make(chan struct{})}
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	e := newApprovalEnv(t, d, []string{"ask_x"}, func(c *host.Config) {
+		c.ApprovalTimeout = 200 * time.Millisecond
+		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
+	run := e.submit("T", "slow", "")
+	e.waiting(run, "c0")
+	d.armed.Store(true)
+	select {
+	case <-d.failed:
+	case <-time.After(timeout):
+		t.Fatal("the time limit never read the run")
+	}
+	clock.Add(int64(time.Hour))
+	out := e.result(run)
+	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=The call was not run") {
+		t.Fatalf("result %+v", out)
+	}
+	if st := e.rt.Stats(); st.ApprovalTimeouts != 1 {
+		t.Fatalf("timeouts %d", st.ApprovalTimeouts)
 	}
 }
