@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -212,6 +213,13 @@ func (rt *Runtime) Answer(ctx context.Context, runID, callID string, a Approval)
 func (rt *Runtime) answer(ctx context.Context, runID string, ans record.Answer) (Answered, error) {
 	run, res, err := rt.st.Answer(ctx, runID, ans)
 	switch {
+	case errors.Is(err, store.ErrOutcomeUnknown):
+		// The answer may have landed, and decided the last pending call:
+		// then the run must be executed again, though this answer fails.
+		if r, gerr := rt.st.GetRun(ctx, runID); gerr == nil && resumable(r) {
+			rt.resumeWaiting(r)
+		}
+		return Answered{}, speak(err)
 	case errors.Is(err, store.ErrNoSteps):
 		return Answered{}, fmt.Errorf("%w: %v: runs never wait for approval", ErrNotSupported, err)
 	case errors.Is(err, runstate.ErrCallNotFound):
@@ -221,6 +229,12 @@ func (rt *Runtime) answer(ctx context.Context, runID string, ans record.Answer) 
 	}
 	out := Answered{Run: run, Step: res.Step, Duplicate: res.Duplicate, Decided: res.Decided, Resumed: res.Resume}
 	if res.Duplicate {
+		// The first commit of this answer may have decided the last
+		// pending call with its reply lost, so that nothing executes the
+		// run: have it executed (a kick or notice is idempotent).
+		if resumable(run) {
+			rt.resumeWaiting(run)
+		}
 		return out, nil
 	}
 	rt.stats.answers.add(string(ans.Action))
@@ -229,6 +243,12 @@ func (rt *Runtime) answer(ctx context.Context, runID string, ans record.Answer) 
 		rt.resumeWaiting(run)
 	}
 	return out, nil
+}
+
+// resumable reports whether run is active with no call pending: it is to
+// be executed, by its owner.
+func resumable(run record.Run) bool {
+	return run.State == record.StateActive && len(run.Pending) == 0
 }
 
 // resumeWaiting has the run, whose last pending call was just answered,
@@ -325,7 +345,64 @@ type waitTimers struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer
 	delays map[string]time.Duration // runs whose last pass failed: the next retry's delay
-	closed bool
+	// waiting: runs of this host that waited, run id → thread id, for the
+	// poll of a host sharing its store (kickStranded).
+	waiting map[string]string
+	closed  bool
+}
+
+// track records that run runID of threadID, a run this host owns, waits:
+// the poll looks at it until it is executed again (kickStranded).
+func (w *waitTimers) track(runID, threadID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	if w.waiting == nil {
+		w.waiting = map[string]string{}
+	}
+	w.waiting[runID] = threadID
+}
+
+// tracked returns the runs track recorded, run id → thread id.
+func (w *waitTimers) tracked() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.waiting)
+}
+
+func (w *waitTimers) untrack(runID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.waiting, runID)
+}
+
+// kickStranded executes again the runs of this host that waited and whose
+// last call was answered, but that no worker executes: the notice that
+// should have brought them back was lost (it is sent once, and not
+// acknowledged). A run that still waits stays tracked; one that ended, or
+// that another host owns now, is forgotten.
+func (rt *Runtime) kickStranded(ctx context.Context) {
+	for runID, threadID := range rt.waits.tracked() {
+		if rt.coord.executing(threadID) != nil {
+			continue // a worker has the thread: it executes the run, or will look again
+		}
+		run, err := rt.st.GetRun(ctx, runID)
+		switch {
+		case errors.Is(err, driver.ErrNotFound):
+			rt.waits.untrack(runID)
+			continue
+		case err != nil:
+			continue // the next poll looks again
+		case run.State != record.StateActive || run.Owner != rt.lease.owner():
+			rt.waits.untrack(runID)
+		case len(run.Pending) == 0:
+			rt.waits.untrack(runID)
+			rt.log.Info("a run whose calls were answered was not executed again; executing it", "run", runID)
+			rt.coord.kick(threadID)
+		}
+	}
 }
 
 // backoff returns the delay before run runID's next retry after a failed
@@ -377,6 +454,7 @@ func (w *waitTimers) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
+	w.waiting = nil
 	for id, t := range w.timers {
 		t.Stop()
 		delete(w.timers, id)
@@ -391,6 +469,9 @@ const timeoutKey = "agenthost:approval-timeout"
 func (rt *Runtime) armWaiting(ctx context.Context, run record.Run, steps []record.Step) {
 	if !Waiting(run) {
 		return
+	}
+	if !rt.lease.alone() {
+		rt.waits.track(run.ID, run.ThreadID)
 	}
 	if steps == nil {
 		var err error

@@ -566,21 +566,46 @@ func TestApprovalSharedStore(t *testing.T) {
 
 // lostArm fails the first GetRuns after a ReadSteps once armed: the final
 // read of an approval time limit's pass, after it read the run and its
-// steps.
+// steps. With loseCommit set, the next commit lands but its caller is told
+// the store is unavailable, and from then every read fails until readsFail
+// is cleared.
 type lostArm struct {
 	driver.Driver
-	ss      driver.StepStore
-	armed   atomic.Bool
-	failGet atomic.Bool
-	failed  chan struct{}
+	ss         driver.StepStore
+	armed      atomic.Bool
+	failGet    atomic.Bool
+	failed     chan struct{}
+	loseCommit atomic.Bool
+	readsFail  atomic.Bool
 }
 
+var errInjected = fmt.Errorf("%w: injected", driver.ErrUnavailable)
+
 func (d *lostArm) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
+	if d.readsFail.Load() {
+		return nil, errInjected
+	}
 	if d.failGet.CompareAndSwap(true, false) {
 		close(d.failed)
-		return nil, fmt.Errorf("%w: injected", driver.ErrUnavailable)
+		return nil, errInjected
 	}
 	return d.Driver.GetRuns(ctx, ids)
+}
+
+func (d *lostArm) LoadThread(ctx context.Context, threadID string) (driver.ThreadSnapshot, error) {
+	if d.readsFail.Load() {
+		return driver.ThreadSnapshot{}, errInjected
+	}
+	return d.Driver.LoadThread(ctx, threadID)
+}
+
+func (d *lostArm) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	v, err := d.Driver.Commit(ctx, b)
+	if err == nil && d.loseCommit.CompareAndSwap(true, false) {
+		d.readsFail.Store(true)
+		return 0, errInjected
+	}
+	return v, err
 }
 
 func (d *lostArm) CommitSteps(ctx context.Context, b driver.StepBatch) error {
@@ -588,6 +613,9 @@ func (d *lostArm) CommitSteps(ctx context.Context, b driver.StepBatch) error {
 }
 
 func (d *lostArm) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
+	if d.readsFail.Load() {
+		return nil, errInjected
+	}
 	steps, err := d.ss.ReadSteps(ctx, runID, afterSeq, limit)
 	if d.armed.CompareAndSwap(true, false) {
 		d.failGet.Store(true)
@@ -623,5 +651,32 @@ func TestApprovalTimeoutSurvivesAFailedRead(t *testing.T) {
 	}
 	if st := e.rt.Stats(); st.ApprovalTimeouts != 1 {
 		t.Fatalf("timeouts %d", st.ApprovalTimeouts)
+	}
+}
+
+func TestApprovalLostReplyRetriedAsDuplicateResumes(t *testing.T) {
+	// The answer that decides the last pending call lands, but its reply
+	// is lost and reading back fails: the caller is told the outcome is
+	// unknown, and nothing executes the run. Its retry is a duplicate:
+	// that must have the run executed all the same.
+	mem := memdriver.New()
+	d := &lostArm{Driver: mem, ss: mem}
+	e := newApprovalEnv(t, d, []string{"ask_x"}, nil)
+	run := e.submit("T", "go", "")
+	e.waiting(run, "c0")
+	d.loseCommit.Store(true)
+	_, err := e.rt.Answer(context.Background(), run, "c0", approve("k1"))
+	d.readsFail.Store(false)
+	if err == nil {
+		t.Fatal("the answer whose reply was lost succeeded")
+	}
+	if res := e.answer(run, "c0", approve("k1")); !res.Duplicate {
+		t.Fatalf("retried answer: %+v", res)
+	}
+	if out := e.result(run); out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=ask_x-ok") {
+		t.Fatalf("result %+v", out)
+	}
+	if got := e.tools["ask_x"].calls(); len(got) != 1 {
+		t.Fatalf("calls %v", got)
 	}
 }

@@ -131,7 +131,8 @@ func (rt *Runtime) pollNow() {
 
 // pollLoop refreshes the live leases and looks for work the notices did
 // not bring: runs of dead leases to recover, threads with queued runs and
-// no live owner to execute.
+// no live owner to execute, runs of its own whose last call was answered
+// and that nothing executes (kickStranded).
 func (rt *Runtime) pollLoop(ctx context.Context) {
 	t := time.NewTicker(rt.cfg.PollInterval)
 	defer t.Stop()
@@ -151,6 +152,7 @@ func (rt *Runtime) pollLoop(ctx context.Context) {
 		if err := rt.scan(ctx); err != nil && ctx.Err() == nil {
 			rt.log.Warn("polling for work failed", "err", err)
 		}
+		rt.kickStranded(ctx)
 	}
 }
 
