@@ -319,7 +319,9 @@ func pendingOf(run record.Run, steps []record.Step) []PendingApproval {
 	for _, st := range steps {
 		switch st.Kind {
 		case record.StepAsk:
+			// A call id used again in a later model step is asked anew.
 			asks[st.Ask.CallID] = st
+			approved[st.Ask.CallID] = 0
 		case record.StepAnswer:
 			if st.Answer.Action == record.AnswerApprove {
 				approved[st.Answer.CallID]++

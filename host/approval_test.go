@@ -680,3 +680,50 @@ func TestApprovalLostReplyRetriedAsDuplicateResumes(t *testing.T) {
 		t.Fatalf("calls %v", got)
 	}
 }
+
+// reuseModel calls ask_x with call id c1 at each of its first two steps,
+// then answers.
+type reuseModel struct{}
+
+func (reuseModel) Step(_ context.Context, req model.Request, _ func(string)) (model.Response, error) {
+	if req.Step < 2 {
+		return model.Response{ToolCalls: []record.ToolCall{{ID: "c1", Name: "ask_x", Arguments: fmt.Sprintf(`{"step":%d}`, req.Step)}}}, nil
+	}
+	return model.Response{Content: "done"}, nil
+}
+
+func TestApprovalCallIDUsedAgainWaitsForItsOwnApproval(t *testing.T) {
+	// A model may give a call of a later step the id of an earlier one:
+	// the later call is asked about anew, and the earlier approval does not
+	// make it.
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x"}, func(c *host.Config) { c.Model = reuseModel{} })
+	run := e.submit("T", "twice", "")
+	if pend := e.waiting(run, "c1"); pend[0].Step != 0 {
+		t.Fatalf("pending %+v", pend)
+	}
+	e.answer(run, "c1", approve("k1"))
+	deadline := time.Now().Add(timeout)
+	for len(e.tools["ask_x"].calls()) < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pend := e.waiting(run, "c1")
+	for pend[0].Step != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		pend = e.waiting(run, "c1")
+	}
+	if pend[0].Step != 1 || pend[0].Approved != 0 || pend[0].Arguments != `{"step":1}` {
+		t.Fatalf("the second call: pending %+v", pend[0])
+	}
+	if got := e.tools["ask_x"].calls(); len(got) != 1 {
+		t.Fatalf("calls before the second approval: %v", got)
+	}
+	if res := e.answer(run, "c1", approve("k2")); res.Duplicate || !res.Resumed {
+		t.Fatalf("second approval: %+v", res)
+	}
+	// The run ends (a transcript with an id twice is refused at its
+	// terminal commit: that rule is the reducer's); both calls were made.
+	e.result(run)
+	if got := e.tools["ask_x"].calls(); len(got) != 2 || !strings.HasSuffix(got[1], `{"step":1}`) {
+		t.Fatalf("calls %v", got)
+	}
+}

@@ -239,6 +239,7 @@ func (rt *Runtime) RunEvents(ctx context.Context, runID string, after int64) ([]
 			// One waiting event per wait: at the last of its asks (they are
 			// committed together).
 			asks[st.Ask.CallID] = st.Ask
+			answers[st.Ask.CallID] = nil // an id used again in a later model step is asked anew
 			waitingFor = append(waitingFor, st.Ask.CallID)
 			if i+1 == len(steps) || steps[i+1].Kind != record.StepAsk {
 				add(base+k, EventWaiting, st.CreatedAt, map[string]string{"call_ids": strings.Join(waitingFor, ","), "step": step})

@@ -101,10 +101,22 @@ type execution struct {
 	nextSeq int64
 	// resume is where a recovered run continues (see rebuild).
 	resume resumePoint
-	// asks and answers: the calls the tool policy said ask for, and the
-	// answers given to each, from the run's steps (see rebuild).
-	asks    map[string]record.Ask
-	answers map[string][]record.Answer
+	// asks and answers: the calls of model step asksStep the tool policy
+	// said ask for, and the answers given to each, from the run's steps
+	// (see rebuild). They are keyed by call id, which is unique within a
+	// model step only: a model may use an id again in a later step, and
+	// that call is asked about anew.
+	asks     map[string]record.Ask
+	answers  map[string][]record.Answer
+	asksStep int
+}
+
+// stepAsks makes asks and answers those of model step step: empty when
+// they were another step's.
+func (e *execution) stepAsks(step int) {
+	if e.asksStep != step {
+		e.asks, e.answers, e.asksStep = map[string]record.Ask{}, map[string][]record.Answer{}, step
+	}
 }
 
 // resumePoint is where an execution starts: at model step 0, or past the
@@ -277,6 +289,7 @@ const (
 func (e *execution) callTools(tools map[string]model.Tool, step int, call *record.Message, answered map[string]bool) callsOutcome {
 	var asks []record.Step
 	deadline := e.rt.cfg.Now().Add(e.rt.cfg.ApprovalTimeout)
+	e.stepAsks(step)
 	for i, c := range call.ToolCalls {
 		if answered[c.ID] {
 			continue
@@ -614,6 +627,7 @@ func (e *execution) rebuild() error {
 		case record.StepModel:
 			m := st.Message
 			e.resume = resumePoint{step: st.Model + 1}
+			e.stepAsks(st.Model)
 			if len(m.ToolCalls) == 0 {
 				e.resume.final = &m
 				continue
@@ -624,6 +638,9 @@ func (e *execution) rebuild() error {
 		case record.StepAsk:
 			if e.resume.call == nil || !slices.ContainsFunc(e.resume.call.ToolCalls, func(c record.ToolCall) bool { return c.ID == st.Ask.CallID }) {
 				return fmt.Errorf("run %s's step %d asks about tool call %q, which its model step did not ask for", e.run.ID, st.Seq, st.Ask.CallID)
+			}
+			if st.Model != e.asksStep {
+				return fmt.Errorf("run %s's step %d asks about tool call %q of model step %d after model step %d", e.run.ID, st.Seq, st.Ask.CallID, st.Model, e.asksStep)
 			}
 			e.asks[st.Ask.CallID] = st.Ask
 		case record.StepAnswer:

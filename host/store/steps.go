@@ -209,8 +209,10 @@ func (s *Store) Answer(ctx context.Context, runID string, a record.Answer) (reco
 		for _, st := range steps {
 			switch {
 			case st.Kind == record.StepAsk && st.Ask.CallID == a.CallID:
+				// A model may use a call id again in a later step: the
+				// answers are those to the last ask with the id, after it.
 				ask := st
-				m.Ask = &ask
+				m.Ask, m.Prior = &ask, nil
 			case st.Kind == record.StepAnswer && st.Answer.CallID == a.CallID:
 				m.Prior = append(m.Prior, st)
 			}
