@@ -396,7 +396,7 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 		if h := rt.lease.home(threadID); h != me {
 			// Nobody live owns the thread, and it belongs with another
 			// host: that host starts it (ADR 0143).
-			rt.notify(driver.Notice{ThreadID: threadID, Owner: h, RunID: adm.RunID, ReplyTo: me})
+			rt.notify(driver.Notice{ThreadID: threadID, Owner: h, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: me})
 			return t, nil
 		}
 	}
