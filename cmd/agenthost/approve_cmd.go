@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -31,8 +33,16 @@ func runApprove(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	editGiven := false
+	fs.Visit(func(f *flag.Flag) { editGiven = editGiven || f.Name == "edit" })
+	if editGiven && strings.TrimSpace(*edit) == "" {
+		// An unset shell variable would otherwise approve the original
+		// arguments the person meant to replace.
+		fmt.Fprintln(stderr, "agenthost approve: --edit is empty; give the arguments as a JSON object, or leave --edit out to approve the call as it is")
+		return exitUsage
+	}
 	req := httpapi.ApprovalRequest{Action: "approve", Key: *key}
-	if *edit != "" {
+	if editGiven {
 		if !json.Valid([]byte(*edit)) || !strings.HasPrefix(strings.TrimSpace(*edit), "{") {
 			fmt.Fprintln(stderr, "agenthost approve: --edit must be a JSON object, e.g. '{\"path\": \"/tmp/x\"}'")
 			return exitUsage
@@ -77,7 +87,15 @@ func runRespond(args []string, stdout, stderr io.Writer) int {
 }
 
 // answerCall posts an answer and prints what was recorded.
+//
+// Without --key it sends a fresh random key and prints it first (to stderr,
+// before the request, so it is known even when the reply is lost): a retry
+// that passes it is recorded once.
 func answerCall(c *clientFlags, run, call string, req httpapi.ApprovalRequest, stdout, stderr io.Writer) int {
+	if req.Key == "" {
+		req.Key = "cli-" + rand.Text()
+		fmt.Fprintf(stderr, "idempotency key %s (to retry safely: --key %s)\n", req.Key, req.Key)
+	}
 	var out httpapi.ApprovalReply
 	path := "/v1/runs/" + url.PathEscape(run) + "/approvals/" + url.PathEscape(call)
 	if _, err := c.do(context.Background(), "POST", path, req, nil, &out); err != nil {

@@ -60,6 +60,12 @@ func TestApproveRejectRespond(t *testing.T) {
 	if code, _, _ = runCmd(runApprove, "--server", url, run, call, "--edit", "[1]"); code != exitUsage {
 		t.Fatalf("approve --edit with an array: %d", code)
 	}
+	if code, _, errs = runCmd(runApprove, "--server", url, run, call, "--edit", ""); code != exitUsage || !strings.Contains(errs, "--edit is empty") {
+		t.Fatalf("approve with an empty --edit: %d %s", code, errs)
+	}
+	if r, _ := rt.Run(context.Background(), run); len(r.Pending) != 1 {
+		t.Fatalf("an empty --edit answered the call: %+v", r)
+	}
 	code, out, errs = runCmd(runApprove, "--server", url, run, call, "--edit", `{"n":2}`, "--key", "k1")
 	if code != exitOK || !strings.Contains(out, "recorded: edit of call "+call) {
 		t.Fatalf("approve --edit: %d %s %s", code, out, errs)
@@ -75,6 +81,16 @@ func TestApproveRejectRespond(t *testing.T) {
 	run, call = waitingRun("B")
 	if code, out, errs = runCmd(runReject, "--server", url, run, call, "--message", "no"); code != exitOK || !strings.Contains(out, "recorded: reject") {
 		t.Fatalf("reject: %d %s %s", code, out, errs)
+	}
+	// Without --key the command made one up and printed it: a retry with
+	// it is the same answer, recorded once.
+	_, key, found := strings.Cut(errs, "--key ")
+	key = strings.TrimSuffix(strings.TrimSpace(key), ")")
+	if !found || !strings.HasPrefix(key, "cli-") {
+		t.Fatalf("reject printed no idempotency key: %q", errs)
+	}
+	if code, out, errs = runCmd(runReject, "--server", url, run, call, "--message", "no", "--key", key); code != exitOK || !strings.Contains(out, "already recorded") {
+		t.Fatalf("reject retried with the printed key: %d %s %s", code, out, errs)
 	}
 	run, call = waitingRun("C")
 	if code, _, _ = runCmd(runRespond, "--server", url, run, call); code != exitUsage {
