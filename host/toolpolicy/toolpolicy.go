@@ -29,8 +29,12 @@ const (
 	// Deny does not run it: the model sees Decision.Message as the tool's
 	// result.
 	Deny Verdict = guestabi.ToolDeny
-	// Ask waits for Decision.Approvals people to approve the call, showing
-	// them Decision.Prompt.
+	// Ask waits for the call to be answered, showing Decision.Prompt. It
+	// runs after Decision.Approvals approve answers: an approve whose key
+	// was recorded before is that answer again and is not counted, each
+	// keyless approve is counted. These are answers, not people: one
+	// client giving two keys is two approvals. A reject or respond decides
+	// the call at once, as an edit does a call that needs one approval.
 	Ask Verdict = guestabi.ToolAsk
 )
 
