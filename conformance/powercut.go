@@ -105,7 +105,7 @@ func testPowerCut(c *C) {
 		writers, killAfter = 8, 400
 	}
 	acked := make([]int64, writers)
-	stepAcked := make([]int64, len(runs))
+	stepAcked := make([]atomic.Int64, len(runs))
 	var total atomic.Int64
 	killed := make(chan struct{})
 	var once sync.Once
@@ -114,6 +114,19 @@ func testPowerCut(c *C) {
 			close(killed) // first: a commit the kill fails is seen as after it
 			_ = d.Kill()
 		})
+	}
+	// due kills once killAfter commits and a step of every step stream
+	// were acknowledged: a kill before any step would check no step.
+	due := func() {
+		if total.Load() < killAfter {
+			return
+		}
+		for i := range stepAcked {
+			if stepAcked[i].Load() == 0 {
+				return
+			}
+		}
+		kill()
 	}
 	stopped := func() bool {
 		select {
@@ -139,25 +152,34 @@ func testPowerCut(c *C) {
 					return
 				}
 				acked[w] = n
-				if total.Add(1) == killAfter {
-					kill()
-				}
+				total.Add(1)
+				due()
 			}
 		})
 	}
 	for i, r := range runs {
 		wg.Go(func() {
 			for seq := int64(1); seq <= maxPowerSteps && !stopped(); seq++ {
-				if ss.CommitSteps(c.ctx, storedrivertest.StepBatchOf(r, storedrivertest.Step(r, seq))) != nil {
+				if err := ss.CommitSteps(c.ctx, storedrivertest.StepBatchOf(r, storedrivertest.Step(r, seq))); err != nil {
+					if !stopped() {
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("CommitSteps of run %s step %d: %v", r.ID, seq, err))
+						kill()
+					}
 					return
 				}
-				stepAcked[i] = seq
+				stepAcked[i].Store(seq)
+				due()
 			}
 		})
 	}
 	wg.Wait()
 	if err := firstErr.Load(); err != nil {
 		c.Fatalf("durability.commit", "the commit stream stopped before the kill: %v", err)
+	}
+	for i, r := range runs {
+		if stepAcked[i].Load() == 0 {
+			c.Fatalf("durability.commit", "no step of run %s was acknowledged before the kill", r.ID)
+		}
 	}
 	c.mustKill(d)
 	es, err := os.ReadDir(dir)
@@ -190,8 +212,8 @@ func testPowerCut(c *C) {
 		ss, _ = c.steps(in)
 		for i, r := range runs {
 			got, err := ss.ReadSteps(c.ctx, r.ID, 0, maxPowerSteps+1)
-			if errors.Is(err, driver.ErrNotFound) || err == nil && int64(len(got)) < stepAcked[i] {
-				c.Fatalf(RulePowerCut, "run %s has %d steps after the power cut (%v), but step %d was acknowledged", r.ID, len(got), err, stepAcked[i])
+			if errors.Is(err, driver.ErrNotFound) || err == nil && int64(len(got)) < stepAcked[i].Load() {
+				c.Fatalf(RulePowerCut, "run %s has %d steps after the power cut (%v), but step %d was acknowledged", r.ID, len(got), err, stepAcked[i].Load())
 			}
 			c.ok(RulePowerCut, "ReadSteps after the power cut", err)
 			if !sameSteps(got, storedrivertest.Steps(r, 1, int64(len(got)))) {
@@ -208,10 +230,10 @@ func testPowerCut(c *C) {
 // ends them sooner).
 const maxPowerSteps = 500
 
-func sum(xs []int64) int64 {
+func sum(xs []atomic.Int64) int64 {
 	var s int64
-	for _, x := range xs {
-		s += x
+	for i := range xs {
+		s += xs[i].Load()
 	}
 	return s
 }
