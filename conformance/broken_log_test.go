@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -27,11 +28,19 @@ import (
 //     (the kernel keeps the writes); at a power cut, it loses what the
 //     kernel had not yet written back: on the suite's power cut file
 //     system, everything.
+//
+// One flavour is durable, with its data kept elsewhere:
+//
+//   - data-elsewhere keeps (and syncs) its log in the directory
+//     config["elsewhere"], as a database server would, and leaves only a
+//     configuration file in its data directory; with config["trace"] set
+//     it also appends a line per commit to an unsynced trace file there.
 type logDriver struct {
 	*memdriver.Driver
 	name  string
 	mu    sync.Mutex
 	f     *os.File
+	trace *os.File // data-elsewhere with trace
 	queue []queued // acks-before-write: acknowledged, not yet logged, in commit order
 }
 
@@ -56,6 +65,24 @@ func openLogDriver(name string, config map[string]string) (driver.Driver, error)
 		return nil, fmt.Errorf("%w: broken driver %s needs a dir", driver.ErrInvalidArgument, name)
 	}
 	p := filepath.Join(dir, "batches.log")
+	var trace *os.File
+	if name == "data-elsewhere" {
+		if config["elsewhere"] == "" {
+			return nil, fmt.Errorf("%w: driver %s needs elsewhere", driver.ErrInvalidArgument, name)
+		}
+		// Its data directory holds its configuration, written (and synced)
+		// at every open; its log is elsewhere, one per data directory.
+		if err := writeSynced(filepath.Join(dir, "driver.conf"), []byte("log elsewhere\n")); err != nil {
+			return nil, err
+		}
+		p = filepath.Join(config["elsewhere"], fmt.Sprintf("%x.log", sha256.Sum256([]byte(dir))))
+		if config["trace"] != "" {
+			var err error
+			if trace, err = os.OpenFile(filepath.Join(dir, "trace.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+				return nil, err
+			}
+		}
+	}
 	d := memdriver.New()
 	if f, err := os.Open(p); err == nil {
 		sc := bufio.NewScanner(f)
@@ -82,7 +109,24 @@ func openLogDriver(name string, config map[string]string) (driver.Driver, error)
 	if err != nil {
 		return nil, err
 	}
-	return &logDriver{Driver: d, name: name, f: f}, nil
+	return &logDriver{Driver: d, name: name, f: f, trace: trace}, nil
+}
+
+// writeSynced writes a file and syncs it.
+func writeSynced(p string, b []byte) error {
+	f, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (a *logDriver) Info(ctx context.Context) (driver.Info, error) {
@@ -119,6 +163,17 @@ func (a *logDriver) log(e logEntry) error {
 		return err
 	}
 	line = append(line, '\n')
+	if a.name == "data-elsewhere" {
+		if a.trace != nil {
+			if _, err := fmt.Fprintf(a.trace, "%d bytes logged\n", len(line)); err != nil { // and no Sync
+				return err
+			}
+		}
+		if _, err := a.f.Write(line); err != nil {
+			return err
+		}
+		return a.f.Sync()
+	}
 	if a.name == "acks-unsynced" {
 		_, err := a.f.Write(line) // and no Sync
 		return err
@@ -155,6 +210,10 @@ func (a *logDriver) Close(ctx context.Context) error {
 		a.flush(time.Now().Add(writeDelay))
 		a.f.Close()
 		a.f = nil
+	}
+	if a.trace != nil {
+		a.trace.Close()
+		a.trace = nil
 	}
 	return a.Driver.Close(ctx)
 }

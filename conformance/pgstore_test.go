@@ -60,6 +60,11 @@ func TestPgstore(t *testing.T) {
 		_ = rep.WriteText(&buf)
 		t.Errorf("pgstore passed tiers %v, want %v:\n%s", rep.Passed, want, buf.String())
 	}
+	// Its data lives in the database: the file in its data directory (its
+	// configuration) is no ground for a power cut claim.
+	if rep.Durability != conformance.DurableProcessKill {
+		t.Errorf("pgstore's durable tier was reported checked against %q, want %q", rep.Durability, conformance.DurableProcessKill)
+	}
 	if left := scratchSchemas(t, url); len(left) > 0 {
 		t.Errorf("the suite left scratch schemas %v", left)
 	}

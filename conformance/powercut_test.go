@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agenthost/agenthost/conformance"
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/internal/lazyfs"
 )
 
@@ -100,5 +101,40 @@ func TestPowerCutOff(t *testing.T) {
 	}
 	if _, err := conformance.Check(context.Background(), conformance.Binary(bins["badgerstore"], conformance.DirConfig), conformance.Options{PowerCut: "sometimes"}); err == nil {
 		t.Fatal("an unknown power cut setting was taken")
+	}
+}
+
+// TestPowerCutDataElsewhere: a durable driver that keeps its data outside
+// its data directory, leaving there a configuration file (and, traced, an
+// unsynced trace of its commits), passes the durable tier on process
+// kills only: the report claims no power cut.
+func TestPowerCutDataElsewhere(t *testing.T) {
+	if powerCut(t) != nil {
+		skipPowerCut(t)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ trace, why string }{
+		{"", "synced no file in its data directory"},
+		{"1", "synced no file in its data directory"},
+	} {
+		t.Run("trace="+tc.trace, func(t *testing.T) {
+			elsewhere := t.TempDir()
+			target := conformance.Launched("data-elsewhere", driverhost.Config{Path: exe, Env: []string{brokenEnv + "=data-elsewhere"}}, func(dir string) map[string]string {
+				return map[string]string{"dir": dir, "elsewhere": elsewhere, "trace": tc.trace}
+			})
+			rep, err := conformance.Check(context.Background(), target, conformance.Options{
+				Tiers: []conformance.Tier{conformance.TierDurable}, Only: "durability/power-cut", ScratchDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf strings.Builder
+			_ = rep.WriteText(&buf)
+			if !rep.Pass || rep.Durability != conformance.DurableProcessKill || !strings.Contains(buf.String(), tc.why) {
+				t.Fatalf("pass %v, durability %q; want a pass on process kills saying the driver %s:\n%s", rep.Pass, rep.Durability, tc.why, buf.String())
+			}
+		})
 	}
 }
