@@ -56,7 +56,8 @@ type FS struct {
 	dir  string
 	opts Options
 
-	cutMu sync.Mutex // one Cut or Unmount at a time
+	cutMu  sync.Mutex                       // one Cut or Unmount at a time
+	detach func(*fuse.Server, string) error // detach, but in tests
 
 	mu    sync.Mutex // guards every node's state, and what follows
 	srv   *fuse.Server
@@ -78,7 +79,7 @@ func Mount(dir string, opts Options) (*FS, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	f := &FS{dir: dir, opts: opts}
+	f := &FS{dir: dir, opts: opts, detach: detach}
 	m := newMeta(context.Background(), 0o755)
 	root := &node{fsys: f, dir: true, attr: m, sattr: m}
 	if err := f.mount(root); err != nil {
@@ -149,7 +150,12 @@ func (f *FS) Cut() (CutStats, error) {
 	f.stats.Cuts++
 	f.srv = nil
 	f.mu.Unlock()
-	if err := detach(srv, f.dir); err != nil {
+	if err := f.detach(srv, f.dir); err != nil {
+		// The dead mount is still there: Unmount tries again (else its
+		// mount point stays busy, and nothing can remove it).
+		f.mu.Lock()
+		f.srv = srv
+		f.mu.Unlock()
 		return cs, err
 	}
 	// The old mount is dead: its nodes change no more, and the new one
@@ -172,7 +178,7 @@ func (f *FS) Unmount() error {
 	if srv == nil {
 		return nil
 	}
-	return detach(srv, f.dir)
+	return f.detach(srv, f.dir)
 }
 
 // detach unmounts srv from dir: at once when nothing holds it, lazily
