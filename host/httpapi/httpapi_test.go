@@ -350,15 +350,21 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Paths map[string]map[string]any `json:"paths"`
+		Paths map[string]map[string]struct {
+			RequestBody any            `json:"requestBody"`
+			Responses   map[string]any `json:"responses"`
+		} `json:"paths"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
 	var documented []string
 	for p, ops := range doc.Paths {
-		for m := range ops {
+		for m, op := range ops {
 			documented = append(documented, strings.ToUpper(m)+" "+p)
+			if _, ok := op.Responses["413"]; op.RequestBody != nil && !ok {
+				t.Errorf("%s %s takes a body but lists no 413 (the body limit applies)", strings.ToUpper(m), p)
+			}
 		}
 	}
 	slices.Sort(documented)
