@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
@@ -197,7 +198,7 @@ func (rt *Runtime) mayTake(threadID string, owner int64, open []record.Run) bool
 // by its home. A thread whose runs follow one another is given up between
 // two of them, when the last ended and no other is queued.
 func (rt *Runtime) handBack(threadID string) {
-	if rt.lease.alone() {
+	if rt.lease.alone() || rt.noGiveUp.Load() {
 		return
 	}
 	me := rt.lease.epoch.Load()
@@ -206,6 +207,12 @@ func (rt *Runtime) handBack(threadID string) {
 	}
 	ok, err := rt.st.GiveUp(rt.baseCtx, threadID, me)
 	switch {
+	case errors.Is(err, driver.ErrInvalidArgument):
+		// A driver certified before a thread could have no owner refuses
+		// every such commit: say so once, and stop asking.
+		if rt.noGiveUp.CompareAndSwap(false, true) {
+			rt.log.Warn("the store driver refuses to give a thread up (owner 0); threads stay with the host that owns them, and this host stops handing them back", "thread", threadID, "err", err)
+		}
 	case err != nil:
 		if rt.baseCtx.Err() == nil {
 			rt.log.Warn("giving up a thread that belongs with another host failed; it stays here", "thread", threadID, "err", err)
