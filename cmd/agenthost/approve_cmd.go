@@ -20,18 +20,11 @@ func init() {
 }
 
 func runApprove(args []string, stdout, stderr io.Writer) int {
-	var c clientFlags
-	fs := newFlagSet("approve", "approve RUN CALL [--edit JSON] [--key K]", `agenthost approve run_0193… call_1 --edit '{"path": "/tmp/x"}'`, stderr)
-	c.register(fs)
+	fs, c, key := answerFlags("approve", "approve RUN CALL [--edit JSON] [--key K]", `agenthost approve run_0193… call_1 --edit '{"path": "/tmp/x"}'`, stderr)
 	edit := fs.String("edit", "", "run the call with these arguments instead (a JSON object)")
-	key := fs.String("key", "", "idempotency key: retrying with it is safe")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 2)
 	if !ok {
 		return code
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return exitUsage
 	}
 	editGiven := false
 	fs.Visit(func(f *flag.Flag) { editGiven = editGiven || f.Name == "edit" })
@@ -49,41 +42,41 @@ func runApprove(args []string, stdout, stderr io.Writer) int {
 		}
 		req.Action, req.Arguments = "edit", json.RawMessage(*edit)
 	}
-	return answerCall(&c, pos[0], pos[1], req, stdout, stderr)
+	return answerCall(c, pos[0], pos[1], req, stdout, stderr)
 }
 
 func runReject(args []string, stdout, stderr io.Writer) int {
-	var c clientFlags
-	fs := newFlagSet("reject", "reject RUN CALL [--message TEXT] [--key K]", `agenthost reject run_0193… call_1 --message "not this folder"`, stderr)
-	c.register(fs)
+	fs, c, key := answerFlags("reject", "reject RUN CALL [--message TEXT] [--key K]", `agenthost reject run_0193… call_1 --message "not this folder"`, stderr)
 	msg := fs.String("message", "", "what the model sees as the tool's result (default: a text saying a person rejected the call)")
-	key := fs.String("key", "", "idempotency key: retrying with it is safe")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 2)
 	if !ok {
 		return code
 	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return exitUsage
-	}
-	return answerCall(&c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "reject", Message: *msg, Key: *key}, stdout, stderr)
+	return answerCall(c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "reject", Message: *msg, Key: *key}, stdout, stderr)
 }
 
 func runRespond(args []string, stdout, stderr io.Writer) int {
-	var c clientFlags
-	fs := newFlagSet("respond", "respond RUN CALL --message TEXT [--key K]", `agenthost respond run_0193… call_1 --message "the answer is 42"`, stderr)
-	c.register(fs)
+	fs, c, key := answerFlags("respond", "respond RUN CALL --message TEXT [--key K]", `agenthost respond run_0193… call_1 --message "the answer is 42"`, stderr)
 	msg := fs.String("message", "", "the answer the model sees in the tool's place (required)")
-	key := fs.String("key", "", "idempotency key: retrying with it is safe")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 2)
 	if !ok {
 		return code
 	}
-	if len(pos) != 2 || strings.TrimSpace(*msg) == "" {
+	if strings.TrimSpace(*msg) == "" {
 		fs.Usage()
 		return exitUsage
 	}
-	return answerCall(&c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "respond", Message: *msg, Key: *key}, stdout, stderr)
+	return answerCall(c, pos[0], pos[1], httpapi.ApprovalRequest{Action: "respond", Message: *msg, Key: *key}, stdout, stderr)
+}
+
+// answerFlags makes the flag set of an answering command: the client's
+// flags and --key, which the three commands share.
+func answerFlags(name, usage, example string, stderr io.Writer) (*flag.FlagSet, *clientFlags, *string) {
+	c := new(clientFlags)
+	fs := newFlagSet(name, usage, example, stderr)
+	c.register(fs)
+	key := fs.String("key", "", "idempotency key: retrying with it is safe")
+	return fs, c, key
 }
 
 // answerCall posts an answer and prints what was recorded.

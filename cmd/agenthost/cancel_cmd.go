@@ -17,13 +17,9 @@ func runCancel(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
 	fs := newFlagSet("cancel", "cancel RUN", "agenthost cancel run_0193…", stderr)
 	c.register(fs)
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	var run httpapi.Run
 	if _, err := c.do(context.Background(), "POST", "/v1/runs/"+url.PathEscape(pos[0])+"/cancel", nil, nil, &run); err != nil {

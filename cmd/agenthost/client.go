@@ -226,6 +226,17 @@ func parse(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 	}
 }
 
+// parseN is parse for a command that takes exactly n arguments: any other
+// count prints the usage and fails.
+func parseN(fs *flag.FlagSet, args []string, n int) ([]string, int, bool) {
+	pos, code, ok := parse(fs, args)
+	if ok && len(pos) != n {
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return pos, code, ok
+}
+
 func runSubmit(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
 	fs := newFlagSet("submit", "submit THREAD [--key K] [--hint H] [--wait] TEXT",
@@ -434,13 +445,9 @@ func runRunsShow(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
 	fs := newFlagSet("runs show", "runs show RUN", "agenthost runs show run_0193…", stderr)
 	c.register(fs)
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	var run httpapi.Run
 	if _, err := c.do(context.Background(), "GET", "/v1/runs/"+url.PathEscape(pos[0]), nil, nil, &run); err != nil {
@@ -490,13 +497,9 @@ func runThreadShow(args []string, stdout, stderr io.Writer) int {
 	var c clientFlags
 	fs := newFlagSet("thread show", "thread show T", "agenthost thread show demo", stderr)
 	c.register(fs)
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	var out struct {
 		Messages []httpapi.Message `json:"messages"`
@@ -535,13 +538,9 @@ func runThreadsList(args []string, stdout, stderr io.Writer) int {
 	c.register(fs)
 	after := fs.String("after", "", "list the threads after this id (a next_cursor)")
 	limit := fs.Int("limit", 100, "threads per page (1 to 1000)")
-	pos, code, ok := parse(fs, args)
+	_, code, ok := parseN(fs, args, 0)
 	if !ok {
 		return code
-	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	q := url.Values{"limit": {strconv.Itoa(*limit)}}
 	if *after != "" {

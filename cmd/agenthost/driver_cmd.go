@@ -52,13 +52,9 @@ func openGate(data string, stderr io.Writer) (*trust.Gate, error) {
 func runDriverCertify(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("driver certify", "driver certify [--data DIR] DRIVER", "agenthost driver certify ./bin/my-driver", stderr)
 	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	g, err := openGate(*data, stderr)
 	if err != nil {
@@ -113,13 +109,9 @@ func runDriverList(args []string, stdout, stderr io.Writer) int {
 func runDriverRevoke(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("driver revoke", "driver revoke [--data DIR] KEY", "agenthost driver revoke sha256:3f2a9c1d", stderr)
 	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	g, err := openGate(*data, stderr)
 	if err != nil {
@@ -142,13 +134,9 @@ func runDriverPrune(args []string, stdout, stderr io.Writer) int {
 	data := fs.String("data", envOr("AGENTHOST_DATA", "./agenthost-data"), "the host's data directory (env AGENTHOST_DATA)")
 	stale := fs.Bool("stale", false, "also remove the certificates this host can no longer use (another suite version, or a source path that no longer holds the certified binary); stop servers of other agenthost versions on this data directory first")
 	dryRun := fs.Bool("dry-run", false, "print what would be removed, remove nothing")
-	pos, code, ok := parse(fs, args)
+	_, code, ok := parseN(fs, args, 0)
 	if !ok {
 		return code
-	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	g, err := openGate(*data, stderr)
 	if err != nil {

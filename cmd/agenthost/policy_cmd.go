@@ -17,13 +17,9 @@ func init() {
 func runPolicyCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("policy check", "policy check [--config JSON] FILE.wasm", "agenthost policy check bin/guests/refine.wasm", stderr)
 	config := fs.String("config", "", "configuration passed to the guest at load, e.g. {\"coalescePending\":true}")
-	pos, code, ok := parse(fs, args)
+	pos, code, ok := parseN(fs, args, 1)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
 	}
 	if err := wasm.Check(context.Background(), stdout, pos[0], wasm.CheckOptions{Config: []byte(*config)}); err != nil {
 		fmt.Fprintln(stderr, "agenthost:", err)

@@ -16,13 +16,9 @@ func init() {
 func runVersion(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version", "version [--json]", "agenthost version", stderr)
 	jsonOut := fs.Bool("json", false, "print JSON, with the build settings and dependencies")
-	pos, code, ok := parse(fs, args)
+	_, code, ok := parseN(fs, args, 0)
 	if !ok {
 		return code
-	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return exitUsage
 	}
 	version, revision := httpapi.Version()
 	if *jsonOut {
