@@ -280,6 +280,16 @@ func TestConsoleApprovals(t *testing.T) {
 		}
 		keys[p.Key] = true
 	}
+	// onePost checks that the console sent exactly one answer for runID,
+	// with this action and a fresh key.
+	onePost := func(t *testing.T, runID, action string) {
+		t.Helper()
+		posts := s.postsFor(runID)
+		if len(posts) != 1 || posts[0].Body["action"] != action {
+			t.Fatalf("posts: %+v, want one %s", posts, action)
+		}
+		fresh(t, posts[0])
+	}
 
 	t.Run("approve runs the call once", func(t *testing.T) {
 		runID, p := s.waiting(t, "A1")
@@ -399,11 +409,7 @@ func TestConsoleApprovals(t *testing.T) {
 		if len(calls) != 1 || !sameJSON(t, calls[0].Arguments, `{"path":"/tmp/old-report.txt"}`) {
 			t.Fatalf("tool calls after editing: %+v, want one with the new arguments", calls)
 		}
-		posts := s.postsFor(runID)
-		if len(posts) != 1 || posts[0].Body["action"] != "edit" {
-			t.Fatalf("posts: %+v, want one edit", posts)
-		}
-		fresh(t, posts[0])
+		onePost(t, runID, "edit")
 	})
 
 	t.Run("reject never runs the call", func(t *testing.T) {
@@ -426,11 +432,7 @@ func TestConsoleApprovals(t *testing.T) {
 		if text := value(t, ctx, "reading the tool result", chromedp.Text(css(`[data-role="tool"]`))); !strings.Contains(text, "Not this file: it is still needed.") {
 			t.Errorf("the tool result the model read: %q, want the rejection's message", text)
 		}
-		posts := s.postsFor(runID)
-		if len(posts) != 1 || posts[0].Body["action"] != "reject" {
-			t.Fatalf("posts: %+v, want one reject", posts)
-		}
-		fresh(t, posts[0])
+		onePost(t, runID, "reject")
 	})
 
 	t.Run("respond answers in the tool's place", func(t *testing.T) {
