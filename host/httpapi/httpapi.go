@@ -157,10 +157,17 @@ func (h *Handler) accessLog(r *http.Request, route string, status int, bytes int
 
 // route is the pattern of the route r goes to, "unmatched" if none.
 func (h *Handler) route(r *http.Request) string {
-	if _, p := h.mux.Handler(r); p != "" && p != "/" {
-		return p
+	_, p := h.mux.Handler(r)
+	return matched(p)
+}
+
+// matched is the route of a pattern the mux matched: "unmatched" for none
+// and for the fallback that answers 404 and 405.
+func matched(pattern string) string {
+	if pattern == "" || pattern == "/" {
+		return "unmatched"
 	}
-	return "unmatched"
+	return pattern
 }
 
 // notFound answers a request no route takes: 405 with Allow when the path
@@ -219,19 +226,32 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	route := h.route(r)
 	sw := &statusWriter{ResponseWriter: w}
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	var span trace.Span
+	route := ""
 	if h.tracer != nil {
+		// The span is named before the request is served: match its route
+		// now. Without one, the route is the pattern the mux matched.
+		route = h.route(r)
 		ctx, span = h.tracer.Start(ctx, route, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route), attribute.String("url.path", r.URL.Path)))
 	}
-	r = r.WithContext(ctx)
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
 	defer func() {
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
+		}
+		if route == "" {
+			route = r.Pattern // set by the mux as it served r
+			if route == "" {
+				route = h.route(r) // refused before the mux (no token)
+			} else {
+				route = matched(route)
+			}
 		}
 		d := time.Since(start)
 		h.http.observe(route, status, d)

@@ -75,6 +75,20 @@ func buildInfo() prometheus.Collector {
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	seconds  *prometheus.HistogramVec
+	// series holds the counter and histogram of each route and code seen,
+	// so that a request does not look its labels up again (a few dozen
+	// pairs: the routes are fixed, the codes few).
+	series *sync.Map // routeCode → httpSeries
+}
+
+type routeCode struct {
+	route string
+	code  int
+}
+
+type httpSeries struct {
+	requests prometheus.Counter
+	seconds  prometheus.Observer
 }
 
 func newHTTPMetrics() httpMetrics {
@@ -88,13 +102,20 @@ func newHTTPMetrics() httpMetrics {
 			Help:    "HTTP request latency until the handler returned (an event stream: until it ended), by route pattern and status code.",
 			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"route", "code"}),
+		series: &sync.Map{},
 	}
 }
 
 func (m httpMetrics) observe(route string, code int, d time.Duration) {
-	c := strconv.Itoa(code)
-	m.requests.WithLabelValues(route, c).Inc()
-	m.seconds.WithLabelValues(route, c).Observe(d.Seconds())
+	k := routeCode{route, code}
+	v, ok := m.series.Load(k)
+	if !ok {
+		c := strconv.Itoa(code)
+		v, _ = m.series.LoadOrStore(k, httpSeries{requests: m.requests.WithLabelValues(route, c), seconds: m.seconds.WithLabelValues(route, c)})
+	}
+	s := v.(httpSeries)
+	s.requests.Inc()
+	s.seconds.Observe(d.Seconds())
 }
 
 // runtimeCollector reads the runtime's counters at each scrape, and counts

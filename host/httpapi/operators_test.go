@@ -247,3 +247,32 @@ func names(spans tracetest.SpanStubs) []string {
 	}
 	return out
 }
+
+// TestRequestRouteLabels: without a tracer, the route of a request's
+// metrics is the pattern the mux matched as it served it; a request the
+// token check refused keeps its route, one no route takes (404, 405) is
+// unmatched.
+func TestRequestRouteLabels(t *testing.T) {
+	s := newServer(t, false, httpapi.Options{Token: "s3cret"})
+	auth := []string{"Authorization", "Bearer s3cret"}
+	s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"x"}`)
+	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"x"}`, auth...)
+	adm := decode[httpapi.Admission](t, body)
+	s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=60s", "", auth...)
+	s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=60s", "", auth...)
+	s.do(t, "GET", "/v1/nothing", "", auth...)
+	s.do(t, "DELETE", "/v1/runs/"+adm.RunID, "", auth...)
+	_, metrics := s.do(t, "GET", "/metrics", "", auth...)
+	for _, want := range []string{
+		`agenthost_http_requests_total{code="401",route="POST /v1/threads/{thread_id}/inputs"} 1`,
+		`agenthost_http_requests_total{code="202",route="POST /v1/threads/{thread_id}/inputs"} 1`,
+		`agenthost_http_requests_total{code="200",route="GET /v1/runs/{run_id}/result"} 2`,
+		`agenthost_http_requests_total{code="404",route="unmatched"} 1`,
+		`agenthost_http_requests_total{code="405",route="unmatched"} 1`,
+		`agenthost_http_request_seconds_count{code="200",route="GET /v1/runs/{run_id}/result"} 2`,
+	} {
+		if !strings.Contains(string(metrics), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
