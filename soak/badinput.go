@@ -33,7 +33,7 @@ type badCase struct {
 	name         string
 	method, path string
 	body         []byte
-	hdr          map[string]string
+	key          string // the Idempotency-Key, if any
 	status       int
 	code         string
 }
@@ -43,7 +43,7 @@ func (b *BadInputs) cases(rng *rand.Rand) []badCase {
 	in := "/v1/threads/" + thread + "/inputs"
 	post := func(name, body string, status int, code string) badCase {
 		return badCase{name: name, method: "POST", path: in, body: []byte(body), status: status, code: code,
-			hdr: map[string]string{"Idempotency-Key": fmt.Sprintf("bad-%x", rng.Uint64())}}
+			key: fmt.Sprintf("bad-%x", rng.Uint64())}
 	}
 	big := `{"content":"` + strings.Repeat("x", b.MaxBody+1024) + `"}`
 	unknownRun := fmt.Sprintf("run_%032x", rng.Uint64())
@@ -56,7 +56,7 @@ func (b *BadInputs) cases(rng *rand.Rand) []badCase {
 		post("two JSON values", `{"content":"a"}{"content":"b"}`, 400, "bad_request"),
 		post("wrong type", `{"content":42}`, 400, "bad_request"),
 		post("oversized body", big, 413, "too_large"),
-		{name: "key too long", method: "POST", path: in, body: []byte(`{"content":"x"}`), hdr: map[string]string{"Idempotency-Key": strings.Repeat("k", 300)}, status: 400, code: "bad_request"},
+		{name: "key too long", method: "POST", path: in, body: []byte(`{"content":"x"}`), key: strings.Repeat("k", 300), status: 400, code: "bad_request"},
 		{name: "thread id too long", method: "POST", path: "/v1/threads/" + strings.Repeat("t", 300) + "/inputs", body: []byte(`{"content":"x"}`), status: 400, code: "bad_request"},
 		{name: "unknown thread runs", method: "GET", path: "/v1/threads/" + unknownThread + "/runs", status: 404, code: "not_found"},
 		{name: "unknown thread messages", method: "GET", path: "/v1/threads/" + unknownThread + "/messages", status: 404, code: "not_found"},
@@ -71,7 +71,7 @@ func (b *BadInputs) cases(rng *rand.Rand) []badCase {
 		s := subs[rng.IntN(len(subs))]
 		body, _ := json.Marshal(SubmitBody{Content: s.Content + " (changed)", Hint: s.Hint})
 		cs = append(cs, badCase{name: "key reused", method: "POST", path: "/v1/threads/" + s.Thread + "/inputs", body: body,
-			hdr: map[string]string{"Idempotency-Key": s.Key}, status: 422, code: "key_reused"})
+			key: s.Key, status: 422, code: "key_reused"})
 	}
 	return cs
 }
@@ -81,7 +81,7 @@ func (b *BadInputs) cases(rng *rand.Rand) []badCase {
 func (b *BadInputs) send(ctx context.Context, c badCase) (away bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := b.C.do(rctx, c.method, c.path, c.body, c.hdr, nil)
+	st, err := b.C.do(rctx, c.method, c.path, c.body, c.key, nil)
 	if retryable(err) {
 		return true, nil
 	}

@@ -30,7 +30,9 @@ type Client struct {
 
 // NewClient returns a client for base (e.g. "http://127.0.0.1:7070").
 func NewClient(base string) *Client {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	// No compression: the answers are small, and a load generator's own
+	// CPU is taken from the server it measures on a shared machine.
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
 	return &Client{Base: base, HTTP: &http.Client{Transport: tr}}
 }
 
@@ -86,43 +88,48 @@ type SubmitBody struct {
 }
 
 // do sends one request and decodes a 2xx JSON answer into out. It returns
-// the status; a non-2xx answer is a *Problem.
-func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr map[string]string, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+// the status; a non-2xx answer is a *Problem. key, when set, is sent as the
+// Idempotency-Key.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, key string, out any) (int, error) {
+	hosts := 1 + len(c.More)
+	first := 0
+	if hosts > 1 {
+		first = int(c.turn.Add(1) % uint64(hosts))
 	}
-	bases := append([]string{c.Base}, c.More...)
-	first := int(c.turn.Add(1) % uint64(len(bases)))
 	var resp *http.Response
-	for i := range bases {
+	for i := range hosts {
+		base := c.Base
+		if k := (first + i) % hosts; k > 0 {
+			base = c.More[k-1]
+		}
+		var rd io.Reader
 		if body != nil {
 			rd = bytes.NewReader(body)
 		}
-		req, err := http.NewRequestWithContext(ctx, method, bases[(first+i)%len(bases)]+path, rd)
+		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 		if err != nil {
 			return 0, err
 		}
 		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
+			req.Header["Content-Type"] = jsonType
 		}
-		for k, v := range hdr {
-			req.Header.Set(k, v)
+		if key != "" {
+			req.Header["Idempotency-Key"] = []string{key}
 		}
 		if c.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.Token)
+			req.Header["Authorization"] = []string{"Bearer " + c.Token}
 		}
 		resp, err = c.HTTP.Do(req)
 		if err == nil {
 			break
 		}
 		var op *net.OpError
-		if i == len(bases)-1 || ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial" {
+		if i == hosts-1 || ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial" {
 			return 0, err // only a host that cannot be reached is skipped
 		}
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	b, err := readBody(resp)
 	if err != nil {
 		return resp.StatusCode, err
 	}
@@ -142,18 +149,36 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr m
 	return resp.StatusCode, nil
 }
 
+var jsonType = []string{"application/json"}
+
+// maxAnswer bounds the answers read.
+const maxAnswer = 16 << 20
+
+// readBody reads an answer's body, at most maxAnswer bytes: in one buffer
+// of its length when the length is given (the small answers of the API).
+func readBody(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxAnswer {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+}
+
 // Submit posts one input with an idempotency key.
 func (c *Client) Submit(ctx context.Context, thread, key string, body SubmitBody) (Admission, error) {
 	b, _ := json.Marshal(body)
 	var a Admission
-	_, err := c.do(ctx, "POST", "/v1/threads/"+thread+"/inputs", b, map[string]string{"Idempotency-Key": key}, &a)
+	_, err := c.do(ctx, "POST", "/v1/threads/"+thread+"/inputs", b, key, &a)
 	return a, err
 }
 
 // Result waits up to wait for a run's result. settled is false when the run
 // did not settle in time (202).
 func (c *Client) Result(ctx context.Context, runID string, wait time.Duration) (res Result, settled bool, err error) {
-	st, err := c.do(ctx, "GET", "/v1/runs/"+runID+"/result?wait="+wait.String(), nil, nil, &res)
+	st, err := c.do(ctx, "GET", "/v1/runs/"+runID+"/result?wait="+wait.String(), nil, "", &res)
 	if err != nil || st == http.StatusAccepted {
 		return Result{}, false, err
 	}
@@ -173,7 +198,7 @@ func (c *Client) ThreadRuns(ctx context.Context, thread string) ([]RunRecord, er
 		if after != "" {
 			path += "&after=" + url.QueryEscape(after)
 		}
-		if _, err := c.do(ctx, "GET", path, nil, nil, &out); err != nil {
+		if _, err := c.do(ctx, "GET", path, nil, "", &out); err != nil {
 			return runs, err
 		}
 		runs = append(runs, out.Runs...)
@@ -189,7 +214,7 @@ func (c *Client) Healthy(ctx context.Context) bool {
 	var out struct {
 		Status string `json:"status"`
 	}
-	_, err := c.do(ctx, "GET", "/healthz", nil, nil, &out)
+	_, err := c.do(ctx, "GET", "/healthz", nil, "", &out)
 	return err == nil && out.Status == "ok"
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,13 +99,15 @@ func (cl ClosedLoop) Run(ctx context.Context, c *Client) (LoopStats, error) {
 				lat = append(lat, mine...)
 				mu.Unlock()
 			}()
+			mine = make([]time.Duration, 0, min(left.Load()/int64(cl.Clients)+1, 4096))
+			name := cl.Prefix + "-" + strconv.Itoa(k) // the client's threads and keys
+			thread := name
 			for i := 0; left.Add(-1) >= 0; i++ {
-				thread := fmt.Sprintf("%s-%d", cl.Prefix, k)
-				if cl.PerThread > 0 {
-					thread = fmt.Sprintf("%s-%d-%d", cl.Prefix, k, i/cl.PerThread)
+				if cl.PerThread > 0 && i%cl.PerThread == 0 {
+					thread = name + "-" + strconv.Itoa(i/cl.PerThread)
 				}
 				began := time.Now()
-				err := cl.one(ctx, c, thread, fmt.Sprintf("%s-%d-%d", cl.Prefix, k, i))
+				err := cl.one(ctx, c, thread, name+"-"+strconv.Itoa(i))
 				if ctx.Err() != nil {
 					return // the duration is over
 				}

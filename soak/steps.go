@@ -159,7 +159,7 @@ func (c *Client) Steps(ctx context.Context, runID string) (steps []Step, found b
 			Steps      []Step `json:"steps"`
 			NextCursor string `json:"next_cursor"`
 		}
-		if _, err := c.do(ctx, "GET", path, nil, nil, &page); err != nil {
+		if _, err := c.do(ctx, "GET", path, nil, "", &page); err != nil {
 			if p, ok := err.(*Problem); ok && p.Status == 404 {
 				return nil, false, nil
 			}

@@ -2,7 +2,7 @@
 //
 //	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
 //	agenthost-loadgen soak [--profile short|steps-short|full|NEMESIS] [--seed N] [--dir DIR] [--strict-steps]
-//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N]
+//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N] [--cpuprofile FILE]
 //
 // load submits inputs over HTTP across many threads with a mix of hints and
 // idempotency keys, retrying with the same key after errors and timeouts,
@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -112,8 +113,23 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	perThread := fs.Int("per-thread", 50, "inputs a client sends to a thread before moving to a fresh one (0: one thread per client)")
 	prefix := fs.String("prefix", fmt.Sprintf("closed-%d", time.Now().Unix()), "prefix of the threads and idempotency keys")
 	token := fs.String("token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (default: $AGENTHOST_TOKEN)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load generator to this file (its own cost counts against a shared machine)")
 	if fs.Parse(args) != nil {
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "closed: --cpuprofile:", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	bases := strings.Split(*addr, ",")
 	c := soak.NewClient(bases[0])
