@@ -4,7 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agenthost/agenthost/host"
@@ -51,5 +54,40 @@ func TestClosedLoop(t *testing.T) {
 	}
 	if _, err := (soak.ClosedLoop{Clients: 1, Runs: 1, Prefix: "bad/thread"}).Run(ctx, c); err == nil {
 		t.Error("a refused submission: no error")
+	}
+}
+
+// TestClosedLoopKeepsItsConnections: each client's requests go over one
+// kept-alive connection (a new connection per request would measure the
+// TCP handshakes, and cost both sides CPU).
+func TestClosedLoopKeepsItsConnections(t *testing.T) {
+	ctx := context.Background()
+	m, err := model.NewScripted(model.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rt, err := host.New(ctx, host.Config{Driver: memdriver.New(), Model: m, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(httpapi.New(rt, httpapi.Options{Logger: logger}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		rt.Close(ctx)
+	})
+	st, err := soak.ClosedLoop{Clients: 1, Runs: 40, PerThread: 10}.Run(ctx, soak.NewClient(srv.URL))
+	if err != nil || st.Runs != 40 {
+		t.Fatalf("%d runs, %v", st.Runs, err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for one client's 80 requests", n)
 	}
 }
