@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -77,6 +78,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg, stderr)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(serveGCPercent)
+	}
 	if p := os.Getenv("AGENTHOST_CPU_PROFILE"); p != "" {
 		stop, err := startCPUProfile(p)
 		if err != nil {
@@ -118,6 +122,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	return code
 }
+
+// serveGCPercent is the garbage collector's target of serve when GOGC is
+// not set: the heap may grow to five times what is live before a
+// collection, rather than twice (ADR 0148).
+const serveGCPercent = 400
 
 // startCPUProfile writes a CPU profile of the process (runtime/pprof) to
 // path until stop is called: AGENTHOST_CPU_PROFILE, for measuring where a
