@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
@@ -381,7 +384,11 @@ func fillThread(b *testing.B, d driver.Driver, thread string, n int) {
 // store protocol 1: only the terminal commit is written). The two runtimes,
 // each over a driver process of its own, take turns round by round (A B, B
 // A, ...), so that both meet the same machine; the ratio is the median of
-// the rounds' ratios of time per run. b.N runs go to each side.
+// the rounds' ratios of time per run. b.N runs go to each side. Beside the
+// times it reports the CPU each side's runs cost the host process and the
+// side's driver process (from /proc, while the side runs), which moves
+// less with the machine's load. BENCH_DRIVER_PROFILE=file writes a CPU
+// profile of each driver process, to file.on and file.off.
 func BenchmarkDurableSteps(b *testing.B) {
 	const clients, round = 64, 256
 	steps := make([]model.ScriptStep, 4)
@@ -389,16 +396,26 @@ func BenchmarkDurableSteps(b *testing.B) {
 		steps[i] = model.ScriptStep{Tool: &model.ScriptTool{Name: "lookup"}}
 	}
 	script := model.Script{Steps: append(steps, model.ScriptStep{Answer: "done"})}
-	on := launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
-	off := driverhost.Of(launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()}))
+	profile := func(side string) []string {
+		if p := os.Getenv("BENCH_DRIVER_PROFILE"); p != "" {
+			return []string{driverrpc.CPUProfileEnv + "=" + p + "." + side}
+		}
+		return nil
+	}
+	on := driverhost.Of(launchBuiltinEnv(b, "badgerstore", map[string]string{"dir": b.TempDir()}, profile("on")...))
+	off := driverhost.Of(launchBuiltinEnv(b, "badgerstore", map[string]string{"dir": b.TempDir()}, profile("off")...))
 	sides := []struct {
-		name string
-		rt   *host.Runtime
-		took time.Duration
-		runs int
+		name      string
+		d         *driverhost.Driver
+		rt        *host.Runtime
+		took      time.Duration
+		runs      int
+		host, drv time.Duration // CPU
+		cpuKnown  bool
 	}{
-		{name: "on", rt: benchRuntime(b, on, nil, script, clients)},
-		{name: "off", rt: benchRuntime(b, off, nil, script, clients)},
+		{name: "on", d: on, rt: benchRuntime(b, on.Store(), nil, script, clients), cpuKnown: true},
+		// The same driver process seen as store protocol 1.
+		{name: "off", d: off, rt: benchRuntime(b, off, nil, script, clients), cpuKnown: true},
 	}
 	if !sides[0].rt.Stats().DurableSteps || sides[1].rt.Stats().DurableSteps {
 		b.Fatal("the runtimes do not differ in durable steps")
@@ -438,7 +455,14 @@ func BenchmarkDurableSteps(b *testing.B) {
 		var per [2]float64
 		for j := range 2 {
 			s := &sides[(k+j)%2] // alternate which goes first
+			host0, drv0 := procCPU(os.Getpid()), procCPU(s.d.Pid())
 			d := drive(s.rt, n)
+			host1, drv1 := procCPU(os.Getpid()), procCPU(s.d.Pid())
+			if host0 < 0 || drv0 < 0 || host1 < 0 || drv1 < 0 {
+				s.cpuKnown = false
+			}
+			s.host += host1 - host0
+			s.drv += drv1 - drv0
 			s.took += d
 			s.runs += n
 			per[(k+j)%2] = float64(d) / float64(n)
@@ -451,8 +475,40 @@ func BenchmarkDurableSteps(b *testing.B) {
 	for _, s := range sides {
 		b.ReportMetric(float64(s.took)/1e6/float64(s.runs), "ms/run:"+s.name)
 		b.ReportMetric(float64(s.runs)/s.took.Seconds(), "runs/s:"+s.name)
+		if s.cpuKnown {
+			b.ReportMetric(float64(s.host.Microseconds())/float64(s.runs), "host-cpu-µs/run:"+s.name)
+			b.ReportMetric(float64(s.drv.Microseconds())/float64(s.runs), "driver-cpu-µs/run:"+s.name)
+		}
 	}
 	b.ReportMetric(ratios[len(ratios)/2], "ratio:on/off")
 	b.ReportMetric(float64(sides[0].rt.Stats().StepCommits-stepsBefore)/sides[0].took.Seconds(), "steps/s:on")
 	b.ReportMetric(float64(sides[0].rt.Stats().StepCommits-stepsBefore)/float64(sides[0].runs), "steps/run:on")
+}
+
+// procCPU returns the CPU time (user and system) the process pid has used,
+// from /proc, or -1 where that cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return -1
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// pid (comm) state ppid ... utime stime: fields 14 and 15.
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ, 100 on Linux
 }

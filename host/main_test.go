@@ -42,10 +42,18 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // driver speaks store protocol 2.
 func launchBuiltin(tb testing.TB, name string, cfg map[string]string) driver.Driver {
 	tb.Helper()
+	return launchBuiltinEnv(tb, name, cfg)
+}
+
+// launchBuiltinEnv is launchBuiltin with env ("NAME=value") added to the
+// driver process's environment.
+func launchBuiltinEnv(tb testing.TB, name string, cfg map[string]string, env ...string) driver.Driver {
+	tb.Helper()
 	lc, err := builtins.Launch(name, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	lc.Env = append(lc.Env, env...)
 	lc.Logger = quietLog
 	d, err := driverhost.Launch(context.Background(), lc)
 	if err != nil {
