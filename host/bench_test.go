@@ -423,8 +423,11 @@ func BenchmarkDurableSteps(b *testing.B) {
 	ctx := context.Background()
 	thread := 0
 	drive := func(rt *host.Runtime, n int) time.Duration {
+		// Each client submits to a thread of its own, a fresh one each
+		// round: runs of one thread run one at a time, and a thread with
+		// many queued runs would measure the queue, not the steps.
 		base := thread
-		thread += n
+		thread += clients
 		began := time.Now()
 		var wg sync.WaitGroup
 		for c := range min(clients, n) {
@@ -432,7 +435,7 @@ func BenchmarkDurableSteps(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := c; i < n; i += clients {
-					tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", (base+i)/50), "go", host.SubmitOptions{})
+					tk, err := rt.Submit(ctx, fmt.Sprintf("T%d", base+c), "go", host.SubmitOptions{})
 					if err != nil {
 						b.Error(err)
 						return
