@@ -2966,6 +2966,158 @@ func (*WatchRequest) Descriptor() ([]byte, []int) {
 	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
+type CommitStepsManyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*StepBatch           `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStepsManyRequest) Reset() {
+	*x = CommitStepsManyRequest{}
+	mi := &file_store_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStepsManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStepsManyRequest) ProtoMessage() {}
+
+func (x *CommitStepsManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStepsManyRequest.ProtoReflect.Descriptor instead.
+func (*CommitStepsManyRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CommitStepsManyRequest) GetBatches() []*StepBatch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type CommitStepsManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CommitStepsResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStepsManyResponse) Reset() {
+	*x = CommitStepsManyResponse{}
+	mi := &file_store_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStepsManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStepsManyResponse) ProtoMessage() {}
+
+func (x *CommitStepsManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStepsManyResponse.ProtoReflect.Descriptor instead.
+func (*CommitStepsManyResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CommitStepsManyResponse) GetResults() []*CommitStepsResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CommitStepsResult is the outcome of one batch of a CommitStepsMany: the
+// error the batch failed with, as CommitSteps would have returned it (the
+// gRPC code, the status message, and the ErrorInfo reason); code 0 when it
+// was committed.
+type CommitStepsResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStepsResult) Reset() {
+	*x = CommitStepsResult{}
+	mi := &file_store_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStepsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStepsResult) ProtoMessage() {}
+
+func (x *CommitStepsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStepsResult.ProtoReflect.Descriptor instead.
+func (*CommitStepsResult) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CommitStepsResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CommitStepsResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CommitStepsResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -3182,7 +3334,15 @@ const file_store_proto_rawDesc = "" +
 	"\breply_to\x18\x05 \x01(\x03R\areplyTo\x12\x18\n" +
 	"\asettled\x18\x06 \x03(\tR\asettled\"\x10\n" +
 	"\x0eNotifyResponse\"\x0e\n" +
-	"\fWatchRequest2\xff\f\n" +
+	"\fWatchRequest\"Q\n" +
+	"\x16CommitStepsManyRequest\x127\n" +
+	"\abatches\x18\x01 \x03(\v2\x1d.agenthost.store.v1.StepBatchR\abatches\"Z\n" +
+	"\x17CommitStepsManyResponse\x12?\n" +
+	"\aresults\x18\x01 \x03(\v2%.agenthost.store.v1.CommitStepsResultR\aresults\"Y\n" +
+	"\x11CommitStepsResult\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason2\xeb\r\n" +
 	"\x05Store\x12I\n" +
 	"\x04Open\x12\x1f.agenthost.store.v1.OpenRequest\x1a .agenthost.store.v1.OpenResponse\x12I\n" +
 	"\x04Info\x12\x1f.agenthost.store.v1.InfoRequest\x1a .agenthost.store.v1.InfoResponse\x12[\n" +
@@ -3205,7 +3365,8 @@ const file_store_proto_rawDesc = "" +
 	"\x05Watch\x12 .agenthost.store.v1.WatchRequest\x1a\x1a.agenthost.store.v1.Notice0\x01\x12^\n" +
 	"\vCommitSteps\x12&.agenthost.store.v1.CommitStepsRequest\x1a'.agenthost.store.v1.CommitStepsResponse\x12X\n" +
 	"\tReadSteps\x12$.agenthost.store.v1.ReadStepsRequest\x1a%.agenthost.store.v1.ReadStepsResponse\x12^\n" +
-	"\vListThreads\x12&.agenthost.store.v1.ListThreadsRequest\x1a'.agenthost.store.v1.ListThreadsResponseB,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
+	"\vListThreads\x12&.agenthost.store.v1.ListThreadsRequest\x1a'.agenthost.store.v1.ListThreadsResponse\x12j\n" +
+	"\x0fCommitStepsMany\x12*.agenthost.store.v1.CommitStepsManyRequest\x1a+.agenthost.store.v1.CommitStepsManyResponseB,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -3219,83 +3380,86 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_store_proto_goTypes = []any{
-	(*Thread)(nil),                 // 0: agenthost.store.v1.Thread
-	(*Run)(nil),                    // 1: agenthost.store.v1.Run
-	(*ToolCall)(nil),               // 2: agenthost.store.v1.ToolCall
-	(*Message)(nil),                // 3: agenthost.store.v1.Message
-	(*Idempotency)(nil),            // 4: agenthost.store.v1.Idempotency
-	(*Batch)(nil),                  // 5: agenthost.store.v1.Batch
-	(*Take)(nil),                   // 6: agenthost.store.v1.Take
-	(*Ask)(nil),                    // 7: agenthost.store.v1.Ask
-	(*Answer)(nil),                 // 8: agenthost.store.v1.Answer
-	(*Step)(nil),                   // 9: agenthost.store.v1.Step
-	(*StepBatch)(nil),              // 10: agenthost.store.v1.StepBatch
-	(*OpenRequest)(nil),            // 11: agenthost.store.v1.OpenRequest
-	(*OpenResponse)(nil),           // 12: agenthost.store.v1.OpenResponse
-	(*InfoRequest)(nil),            // 13: agenthost.store.v1.InfoRequest
-	(*InfoResponse)(nil),           // 14: agenthost.store.v1.InfoResponse
-	(*LoadThreadRequest)(nil),      // 15: agenthost.store.v1.LoadThreadRequest
-	(*LoadThreadResponse)(nil),     // 16: agenthost.store.v1.LoadThreadResponse
-	(*CommitRequest)(nil),          // 17: agenthost.store.v1.CommitRequest
-	(*CommitResponse)(nil),         // 18: agenthost.store.v1.CommitResponse
-	(*CommitManyRequest)(nil),      // 19: agenthost.store.v1.CommitManyRequest
-	(*CommitManyResponse)(nil),     // 20: agenthost.store.v1.CommitManyResponse
-	(*CommitResult)(nil),           // 21: agenthost.store.v1.CommitResult
-	(*GetRunsRequest)(nil),         // 22: agenthost.store.v1.GetRunsRequest
-	(*GetRunsResponse)(nil),        // 23: agenthost.store.v1.GetRunsResponse
-	(*GetIdempotencyRequest)(nil),  // 24: agenthost.store.v1.GetIdempotencyRequest
-	(*GetIdempotencyResponse)(nil), // 25: agenthost.store.v1.GetIdempotencyResponse
-	(*ReadHistoryRequest)(nil),     // 26: agenthost.store.v1.ReadHistoryRequest
-	(*ReadHistoryResponse)(nil),    // 27: agenthost.store.v1.ReadHistoryResponse
-	(*ListRunsRequest)(nil),        // 28: agenthost.store.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),       // 29: agenthost.store.v1.ListRunsResponse
-	(*CloseRequest)(nil),           // 30: agenthost.store.v1.CloseRequest
-	(*CloseResponse)(nil),          // 31: agenthost.store.v1.CloseResponse
-	(*CommitStepsRequest)(nil),     // 32: agenthost.store.v1.CommitStepsRequest
-	(*CommitStepsResponse)(nil),    // 33: agenthost.store.v1.CommitStepsResponse
-	(*ReadStepsRequest)(nil),       // 34: agenthost.store.v1.ReadStepsRequest
-	(*ReadStepsResponse)(nil),      // 35: agenthost.store.v1.ReadStepsResponse
-	(*ListThreadsRequest)(nil),     // 36: agenthost.store.v1.ListThreadsRequest
-	(*ListThreadsResponse)(nil),    // 37: agenthost.store.v1.ListThreadsResponse
-	(*Lease)(nil),                  // 38: agenthost.store.v1.Lease
-	(*AcquireLeaseRequest)(nil),    // 39: agenthost.store.v1.AcquireLeaseRequest
-	(*RenewLeaseRequest)(nil),      // 40: agenthost.store.v1.RenewLeaseRequest
-	(*LeaseResponse)(nil),          // 41: agenthost.store.v1.LeaseResponse
-	(*ReleaseLeaseRequest)(nil),    // 42: agenthost.store.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),   // 43: agenthost.store.v1.ReleaseLeaseResponse
-	(*LeasesRequest)(nil),          // 44: agenthost.store.v1.LeasesRequest
-	(*LeasesResponse)(nil),         // 45: agenthost.store.v1.LeasesResponse
-	(*Notice)(nil),                 // 46: agenthost.store.v1.Notice
-	(*NotifyResponse)(nil),         // 47: agenthost.store.v1.NotifyResponse
-	(*WatchRequest)(nil),           // 48: agenthost.store.v1.WatchRequest
-	nil,                            // 49: agenthost.store.v1.Message.MetadataEntry
-	nil,                            // 50: agenthost.store.v1.OpenRequest.ConfigEntry
-	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
+	(*Thread)(nil),                  // 0: agenthost.store.v1.Thread
+	(*Run)(nil),                     // 1: agenthost.store.v1.Run
+	(*ToolCall)(nil),                // 2: agenthost.store.v1.ToolCall
+	(*Message)(nil),                 // 3: agenthost.store.v1.Message
+	(*Idempotency)(nil),             // 4: agenthost.store.v1.Idempotency
+	(*Batch)(nil),                   // 5: agenthost.store.v1.Batch
+	(*Take)(nil),                    // 6: agenthost.store.v1.Take
+	(*Ask)(nil),                     // 7: agenthost.store.v1.Ask
+	(*Answer)(nil),                  // 8: agenthost.store.v1.Answer
+	(*Step)(nil),                    // 9: agenthost.store.v1.Step
+	(*StepBatch)(nil),               // 10: agenthost.store.v1.StepBatch
+	(*OpenRequest)(nil),             // 11: agenthost.store.v1.OpenRequest
+	(*OpenResponse)(nil),            // 12: agenthost.store.v1.OpenResponse
+	(*InfoRequest)(nil),             // 13: agenthost.store.v1.InfoRequest
+	(*InfoResponse)(nil),            // 14: agenthost.store.v1.InfoResponse
+	(*LoadThreadRequest)(nil),       // 15: agenthost.store.v1.LoadThreadRequest
+	(*LoadThreadResponse)(nil),      // 16: agenthost.store.v1.LoadThreadResponse
+	(*CommitRequest)(nil),           // 17: agenthost.store.v1.CommitRequest
+	(*CommitResponse)(nil),          // 18: agenthost.store.v1.CommitResponse
+	(*CommitManyRequest)(nil),       // 19: agenthost.store.v1.CommitManyRequest
+	(*CommitManyResponse)(nil),      // 20: agenthost.store.v1.CommitManyResponse
+	(*CommitResult)(nil),            // 21: agenthost.store.v1.CommitResult
+	(*GetRunsRequest)(nil),          // 22: agenthost.store.v1.GetRunsRequest
+	(*GetRunsResponse)(nil),         // 23: agenthost.store.v1.GetRunsResponse
+	(*GetIdempotencyRequest)(nil),   // 24: agenthost.store.v1.GetIdempotencyRequest
+	(*GetIdempotencyResponse)(nil),  // 25: agenthost.store.v1.GetIdempotencyResponse
+	(*ReadHistoryRequest)(nil),      // 26: agenthost.store.v1.ReadHistoryRequest
+	(*ReadHistoryResponse)(nil),     // 27: agenthost.store.v1.ReadHistoryResponse
+	(*ListRunsRequest)(nil),         // 28: agenthost.store.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 29: agenthost.store.v1.ListRunsResponse
+	(*CloseRequest)(nil),            // 30: agenthost.store.v1.CloseRequest
+	(*CloseResponse)(nil),           // 31: agenthost.store.v1.CloseResponse
+	(*CommitStepsRequest)(nil),      // 32: agenthost.store.v1.CommitStepsRequest
+	(*CommitStepsResponse)(nil),     // 33: agenthost.store.v1.CommitStepsResponse
+	(*ReadStepsRequest)(nil),        // 34: agenthost.store.v1.ReadStepsRequest
+	(*ReadStepsResponse)(nil),       // 35: agenthost.store.v1.ReadStepsResponse
+	(*ListThreadsRequest)(nil),      // 36: agenthost.store.v1.ListThreadsRequest
+	(*ListThreadsResponse)(nil),     // 37: agenthost.store.v1.ListThreadsResponse
+	(*Lease)(nil),                   // 38: agenthost.store.v1.Lease
+	(*AcquireLeaseRequest)(nil),     // 39: agenthost.store.v1.AcquireLeaseRequest
+	(*RenewLeaseRequest)(nil),       // 40: agenthost.store.v1.RenewLeaseRequest
+	(*LeaseResponse)(nil),           // 41: agenthost.store.v1.LeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 42: agenthost.store.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 43: agenthost.store.v1.ReleaseLeaseResponse
+	(*LeasesRequest)(nil),           // 44: agenthost.store.v1.LeasesRequest
+	(*LeasesResponse)(nil),          // 45: agenthost.store.v1.LeasesResponse
+	(*Notice)(nil),                  // 46: agenthost.store.v1.Notice
+	(*NotifyResponse)(nil),          // 47: agenthost.store.v1.NotifyResponse
+	(*WatchRequest)(nil),            // 48: agenthost.store.v1.WatchRequest
+	(*CommitStepsManyRequest)(nil),  // 49: agenthost.store.v1.CommitStepsManyRequest
+	(*CommitStepsManyResponse)(nil), // 50: agenthost.store.v1.CommitStepsManyResponse
+	(*CommitStepsResult)(nil),       // 51: agenthost.store.v1.CommitStepsResult
+	nil,                             // 52: agenthost.store.v1.Message.MetadataEntry
+	nil,                             // 53: agenthost.store.v1.OpenRequest.ConfigEntry
+	(*timestamppb.Timestamp)(nil),   // 54: google.protobuf.Timestamp
 }
 var file_store_proto_depIdxs = []int32{
-	51, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	51, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	51, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
+	54, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	54, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	54, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agenthost.store.v1.Message.tool_calls:type_name -> agenthost.store.v1.ToolCall
-	49, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
-	51, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	51, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
+	52, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
+	54, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	54, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: agenthost.store.v1.Batch.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 9: agenthost.store.v1.Batch.runs:type_name -> agenthost.store.v1.Run
 	3,  // 10: agenthost.store.v1.Batch.messages:type_name -> agenthost.store.v1.Message
 	4,  // 11: agenthost.store.v1.Batch.idempotency:type_name -> agenthost.store.v1.Idempotency
 	9,  // 12: agenthost.store.v1.Batch.steps:type_name -> agenthost.store.v1.Step
-	51, // 13: agenthost.store.v1.Ask.deadline:type_name -> google.protobuf.Timestamp
+	54, // 13: agenthost.store.v1.Ask.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 14: agenthost.store.v1.Step.message:type_name -> agenthost.store.v1.Message
 	6,  // 15: agenthost.store.v1.Step.taken:type_name -> agenthost.store.v1.Take
-	51, // 16: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
+	54, // 16: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 17: agenthost.store.v1.Step.ask:type_name -> agenthost.store.v1.Ask
 	8,  // 18: agenthost.store.v1.Step.answer:type_name -> agenthost.store.v1.Answer
 	9,  // 19: agenthost.store.v1.StepBatch.steps:type_name -> agenthost.store.v1.Step
-	50, // 20: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
+	53, // 20: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
 	0,  // 21: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 22: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
 	5,  // 23: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
@@ -3308,53 +3472,57 @@ var file_store_proto_depIdxs = []int32{
 	10, // 30: agenthost.store.v1.CommitStepsRequest.batch:type_name -> agenthost.store.v1.StepBatch
 	9,  // 31: agenthost.store.v1.ReadStepsResponse.steps:type_name -> agenthost.store.v1.Step
 	0,  // 32: agenthost.store.v1.ListThreadsResponse.threads:type_name -> agenthost.store.v1.Thread
-	51, // 33: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
-	51, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
+	54, // 33: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
+	54, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
 	38, // 35: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
 	38, // 36: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
-	11, // 37: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
-	13, // 38: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
-	15, // 39: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
-	17, // 40: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
-	19, // 41: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
-	22, // 42: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
-	24, // 43: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
-	26, // 44: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
-	28, // 45: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
-	30, // 46: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
-	39, // 47: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
-	40, // 48: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
-	42, // 49: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
-	44, // 50: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
-	46, // 51: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
-	48, // 52: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
-	32, // 53: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
-	34, // 54: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
-	36, // 55: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
-	12, // 56: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	14, // 57: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	16, // 58: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	18, // 59: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	20, // 60: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
-	23, // 61: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	25, // 62: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	27, // 63: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	29, // 64: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	31, // 65: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	41, // 66: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
-	41, // 67: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
-	43, // 68: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
-	45, // 69: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
-	47, // 70: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
-	46, // 71: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
-	33, // 72: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
-	35, // 73: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
-	37, // 74: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
-	56, // [56:75] is the sub-list for method output_type
-	37, // [37:56] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	10, // 37: agenthost.store.v1.CommitStepsManyRequest.batches:type_name -> agenthost.store.v1.StepBatch
+	51, // 38: agenthost.store.v1.CommitStepsManyResponse.results:type_name -> agenthost.store.v1.CommitStepsResult
+	11, // 39: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
+	13, // 40: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
+	15, // 41: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
+	17, // 42: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
+	19, // 43: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
+	22, // 44: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
+	24, // 45: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
+	26, // 46: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
+	28, // 47: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
+	30, // 48: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
+	39, // 49: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
+	40, // 50: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
+	42, // 51: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
+	44, // 52: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
+	46, // 53: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
+	48, // 54: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
+	32, // 55: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
+	34, // 56: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
+	36, // 57: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
+	49, // 58: agenthost.store.v1.Store.CommitStepsMany:input_type -> agenthost.store.v1.CommitStepsManyRequest
+	12, // 59: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	14, // 60: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	16, // 61: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	18, // 62: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	20, // 63: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	23, // 64: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	25, // 65: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	27, // 66: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	29, // 67: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	31, // 68: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	41, // 69: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
+	41, // 70: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
+	43, // 71: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
+	45, // 72: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
+	47, // 73: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
+	46, // 74: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
+	33, // 75: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
+	35, // 76: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
+	37, // 77: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
+	50, // 78: agenthost.store.v1.Store.CommitStepsMany:output_type -> agenthost.store.v1.CommitStepsManyResponse
+	59, // [59:79] is the sub-list for method output_type
+	39, // [39:59] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3368,7 +3536,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

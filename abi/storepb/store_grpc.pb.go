@@ -39,25 +39,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Store_Open_FullMethodName           = "/agenthost.store.v1.Store/Open"
-	Store_Info_FullMethodName           = "/agenthost.store.v1.Store/Info"
-	Store_LoadThread_FullMethodName     = "/agenthost.store.v1.Store/LoadThread"
-	Store_Commit_FullMethodName         = "/agenthost.store.v1.Store/Commit"
-	Store_CommitMany_FullMethodName     = "/agenthost.store.v1.Store/CommitMany"
-	Store_GetRuns_FullMethodName        = "/agenthost.store.v1.Store/GetRuns"
-	Store_GetIdempotency_FullMethodName = "/agenthost.store.v1.Store/GetIdempotency"
-	Store_ReadHistory_FullMethodName    = "/agenthost.store.v1.Store/ReadHistory"
-	Store_ListRuns_FullMethodName       = "/agenthost.store.v1.Store/ListRuns"
-	Store_Close_FullMethodName          = "/agenthost.store.v1.Store/Close"
-	Store_AcquireLease_FullMethodName   = "/agenthost.store.v1.Store/AcquireLease"
-	Store_RenewLease_FullMethodName     = "/agenthost.store.v1.Store/RenewLease"
-	Store_ReleaseLease_FullMethodName   = "/agenthost.store.v1.Store/ReleaseLease"
-	Store_Leases_FullMethodName         = "/agenthost.store.v1.Store/Leases"
-	Store_Notify_FullMethodName         = "/agenthost.store.v1.Store/Notify"
-	Store_Watch_FullMethodName          = "/agenthost.store.v1.Store/Watch"
-	Store_CommitSteps_FullMethodName    = "/agenthost.store.v1.Store/CommitSteps"
-	Store_ReadSteps_FullMethodName      = "/agenthost.store.v1.Store/ReadSteps"
-	Store_ListThreads_FullMethodName    = "/agenthost.store.v1.Store/ListThreads"
+	Store_Open_FullMethodName            = "/agenthost.store.v1.Store/Open"
+	Store_Info_FullMethodName            = "/agenthost.store.v1.Store/Info"
+	Store_LoadThread_FullMethodName      = "/agenthost.store.v1.Store/LoadThread"
+	Store_Commit_FullMethodName          = "/agenthost.store.v1.Store/Commit"
+	Store_CommitMany_FullMethodName      = "/agenthost.store.v1.Store/CommitMany"
+	Store_GetRuns_FullMethodName         = "/agenthost.store.v1.Store/GetRuns"
+	Store_GetIdempotency_FullMethodName  = "/agenthost.store.v1.Store/GetIdempotency"
+	Store_ReadHistory_FullMethodName     = "/agenthost.store.v1.Store/ReadHistory"
+	Store_ListRuns_FullMethodName        = "/agenthost.store.v1.Store/ListRuns"
+	Store_Close_FullMethodName           = "/agenthost.store.v1.Store/Close"
+	Store_AcquireLease_FullMethodName    = "/agenthost.store.v1.Store/AcquireLease"
+	Store_RenewLease_FullMethodName      = "/agenthost.store.v1.Store/RenewLease"
+	Store_ReleaseLease_FullMethodName    = "/agenthost.store.v1.Store/ReleaseLease"
+	Store_Leases_FullMethodName          = "/agenthost.store.v1.Store/Leases"
+	Store_Notify_FullMethodName          = "/agenthost.store.v1.Store/Notify"
+	Store_Watch_FullMethodName           = "/agenthost.store.v1.Store/Watch"
+	Store_CommitSteps_FullMethodName     = "/agenthost.store.v1.Store/CommitSteps"
+	Store_ReadSteps_FullMethodName       = "/agenthost.store.v1.Store/ReadSteps"
+	Store_ListThreads_FullMethodName     = "/agenthost.store.v1.Store/ListThreads"
+	Store_CommitStepsMany_FullMethodName = "/agenthost.store.v1.Store/CommitStepsMany"
 )
 
 // StoreClient is the client API for Store service.
@@ -96,6 +97,14 @@ type StoreClient interface {
 	CommitSteps(ctx context.Context, in *CommitStepsRequest, opts ...grpc.CallOption) (*CommitStepsResponse, error)
 	ReadSteps(ctx context.Context, in *ReadStepsRequest, opts ...grpc.CallOption) (*ReadStepsResponse, error)
 	ListThreads(ctx context.Context, in *ListThreadsRequest, opts ...grpc.CallOption) (*ListThreadsResponse, error)
+	// CommitStepsMany commits several step batches, each on its own, as
+	// CommitSteps would: the reply holds one result per batch, in order, and
+	// one batch's failure is not another's. The host uses it to send
+	// concurrent step commits in one round trip; the server commits them
+	// concurrently (a grouping driver then groups them). A driver served by
+	// an SDK older than this RPC answers UNIMPLEMENTED, having committed
+	// nothing; the host then sends each batch with CommitSteps.
+	CommitStepsMany(ctx context.Context, in *CommitStepsManyRequest, opts ...grpc.CallOption) (*CommitStepsManyResponse, error)
 }
 
 type storeClient struct {
@@ -305,6 +314,16 @@ func (c *storeClient) ListThreads(ctx context.Context, in *ListThreadsRequest, o
 	return out, nil
 }
 
+func (c *storeClient) CommitStepsMany(ctx context.Context, in *CommitStepsManyRequest, opts ...grpc.CallOption) (*CommitStepsManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitStepsManyResponse)
+	err := c.cc.Invoke(ctx, Store_CommitStepsMany_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -341,6 +360,14 @@ type StoreServer interface {
 	CommitSteps(context.Context, *CommitStepsRequest) (*CommitStepsResponse, error)
 	ReadSteps(context.Context, *ReadStepsRequest) (*ReadStepsResponse, error)
 	ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error)
+	// CommitStepsMany commits several step batches, each on its own, as
+	// CommitSteps would: the reply holds one result per batch, in order, and
+	// one batch's failure is not another's. The host uses it to send
+	// concurrent step commits in one round trip; the server commits them
+	// concurrently (a grouping driver then groups them). A driver served by
+	// an SDK older than this RPC answers UNIMPLEMENTED, having committed
+	// nothing; the host then sends each batch with CommitSteps.
+	CommitStepsMany(context.Context, *CommitStepsManyRequest) (*CommitStepsManyResponse, error)
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -407,6 +434,9 @@ func (UnimplementedStoreServer) ReadSteps(context.Context, *ReadStepsRequest) (*
 }
 func (UnimplementedStoreServer) ListThreads(context.Context, *ListThreadsRequest) (*ListThreadsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListThreads not implemented")
+}
+func (UnimplementedStoreServer) CommitStepsMany(context.Context, *CommitStepsManyRequest) (*CommitStepsManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitStepsMany not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -764,6 +794,24 @@ func _Store_ListThreads_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_CommitStepsMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitStepsManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).CommitStepsMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_CommitStepsMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).CommitStepsMany(ctx, req.(*CommitStepsManyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -842,6 +890,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListThreads",
 			Handler:    _Store_ListThreads_Handler,
+		},
+		{
+			MethodName: "CommitStepsMany",
+			Handler:    _Store_CommitStepsMany_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -17,17 +17,24 @@ import (
 // every call over gRPC to a driver served by storedriver.Serve. Errors come
 // back as the sentinels of package abi/driver (see FromStatus).
 type Client struct {
-	c        storepb.StoreClient
-	closed   atomic.Bool
-	co       coalescer
-	protocol int // the version the handshake chose; 0 without one
+	c      storepb.StoreClient
+	closed atomic.Bool
+	co     *coalescer[*storepb.Batch]
+	steps  *coalescer[*storepb.StepBatch]
+	// noStepsMany is set once the driver answers CommitStepsMany with
+	// UNIMPLEMENTED (an older SDK): step commits then go one by one.
+	noStepsMany atomic.Bool
+	protocol    int // the version the handshake chose; 0 without one
 }
 
 var _ driver.Driver = (*Client)(nil)
 
 // NewClient returns a client over conn.
 func NewClient(conn grpc.ClientConnInterface) *Client {
-	return &Client{c: storepb.NewStoreClient(conn)}
+	c := &Client{c: storepb.NewStoreClient(conn)}
+	c.co = newCommits(c)
+	c.steps = newStepCommits(c)
+	return c
 }
 
 // callOpts raise the message size limits of every call to MaxMessageSize.

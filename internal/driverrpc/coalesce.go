@@ -17,15 +17,16 @@ import (
 // concurrently, each with its own result, so grouping on the wire changes
 // nothing of the contract; it saves a round trip per commit under load. A
 // commit that finds a free slot and no one waiting goes at once from its
-// caller's goroutine.
+// caller's goroutine. Step commits (CommitSteps) are grouped the same way,
+// apart from commits, into CommitStepsMany.
 const (
 	maxInFlight   = 2
 	maxGroupBytes = 32 << 20
 )
 
-type pendingCommit struct {
+type pending[B proto.Message] struct {
 	ctx   context.Context
-	pb    *storepb.Batch
+	pb    B
 	size  int
 	taken bool // under coalescer.mu: sent, or about to be
 	gone  bool // under coalescer.mu: its caller gave up before it was sent
@@ -37,50 +38,62 @@ type commitResult struct {
 	err error
 }
 
-type coalescer struct {
+// coalescer groups the calls of one kind (commits, or step commits) made
+// by concurrent callers.
+type coalescer[B proto.Message] struct {
+	// one sends a batch alone, under its caller's context.
+	one func(ctx context.Context, pb B) (int64, error)
+	// many sends a group in one round trip and returns each member's
+	// result, in order; or an error that is every member's.
+	many func(ctx context.Context, pbs []B) ([]commitResult, error)
+	// what names the call ("commit"); unknown begins the error of one
+	// whose outcome is unknown.
+	what, unknown string
+
 	mu       sync.Mutex
-	queue    []*pendingCommit
+	queue    []*pending[B]
 	inflight int
 }
 
-// commit sends pb alone or with others, and waits for its result.
-func (c *Client) commit(ctx context.Context, pb *storepb.Batch) (int64, error) {
-	p := &pendingCommit{ctx: ctx, pb: pb, size: proto.Size(pb), done: make(chan commitResult, 1)}
+// errUnknown is the error of a call whose caller's context ended after it
+// was sent.
+func (co *coalescer[B]) errUnknown(err error) error {
+	return fmt.Errorf("%s: %w", co.unknown, err)
+}
+
+// do sends pb alone or with others, and waits for its result.
+func (co *coalescer[B]) do(ctx context.Context, pb B) (int64, error) {
+	p := &pending[B]{ctx: ctx, pb: pb, size: proto.Size(pb), done: make(chan commitResult, 1)}
 	if p.size > driver.MaxBatchBytes {
 		// Alone: the driver refuses it, or the transport does.
-		r, err := c.c.Commit(ctx, &storepb.CommitRequest{Batch: pb}, callOpts...)
-		if err != nil {
-			return 0, c.fail(ctx, err)
-		}
-		return r.Version, nil
+		return co.one(ctx, pb)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err // never sent
 	}
-	co := &c.co
 	co.mu.Lock()
 	if len(co.queue) == 0 && co.inflight < maxInFlight {
 		// Nothing waits: send it from this goroutine, sparing the hand-over
 		// to a sender and back, which costs a wake-up each way.
 		co.inflight++
 		co.mu.Unlock()
-		v, err := c.sendOne(p)
+		v, err := co.one(ctx, pb)
 		co.mu.Lock()
 		if len(co.queue) > 0 {
-			go c.drive() // commits queued meanwhile take over this slot
+			go co.drive() // calls queued meanwhile take over this slot
 		} else {
 			co.inflight--
 		}
 		co.mu.Unlock()
 		if err != nil && ctx.Err() != nil {
-			return 0, fmt.Errorf("commit outcome unknown (read the thread's LastCommitID): %w", ctx.Err())
+			return 0, co.errUnknown(ctx.Err())
 		}
 		return v, err
 	}
 	co.queue = append(co.queue, p)
 	if co.inflight < maxInFlight {
 		co.inflight++
-		go c.drive()
+		go co.drive()
 	}
 	co.mu.Unlock()
 	select {
@@ -95,15 +108,14 @@ func (c *Client) commit(ctx context.Context, pb *storepb.Batch) (int64, error) {
 		return 0, ctx.Err() // never sent
 	}
 	co.mu.Unlock()
-	return 0, fmt.Errorf("commit outcome unknown (read the thread's LastCommitID): %w", ctx.Err())
+	return 0, co.errUnknown(ctx.Err())
 }
 
-// drive sends queued commits until the queue is empty.
-func (c *Client) drive() {
-	co := &c.co
+// drive sends queued calls until the queue is empty.
+func (co *coalescer[B]) drive() {
 	for {
 		co.mu.Lock()
-		var group []*pendingCommit
+		var group []*pending[B]
 		bytes := 0
 		n := 0
 		for _, p := range co.queue {
@@ -129,46 +141,67 @@ func (c *Client) drive() {
 			return
 		}
 		co.mu.Unlock()
-		c.send(group)
+		co.send(group)
 	}
 }
 
-// sendOne commits p alone, under its caller's context.
-func (c *Client) sendOne(p *pendingCommit) (int64, error) {
-	r, err := c.c.Commit(p.ctx, &storepb.CommitRequest{Batch: p.pb}, callOpts...)
+// send sends a group in one round trip and hands each member its result.
+func (co *coalescer[B]) send(group []*pending[B]) {
+	if len(group) == 1 {
+		v, err := co.one(group[0].ctx, group[0].pb)
+		group[0].done <- commitResult{v: v, err: err}
+		return
+	}
+	ctx := context.Background() // no one caller's context may cut the others' calls
+	pbs := make([]B, len(group))
+	for i, p := range group {
+		pbs[i] = p.pb
+	}
+	rs, err := co.many(ctx, pbs)
+	if err == nil && len(rs) != len(group) {
+		err = fmt.Errorf("%w: driver answered %d of %d %ss", driver.ErrUnavailable, len(rs), len(group), co.what)
+	}
+	for i, p := range group {
+		if err != nil {
+			p.done <- commitResult{err: err}
+		} else {
+			p.done <- rs[i]
+		}
+	}
+}
+
+func newCommits(c *Client) *coalescer[*storepb.Batch] {
+	return &coalescer[*storepb.Batch]{what: "commit", unknown: "commit outcome unknown (read the thread's LastCommitID)",
+		one: c.commitOne, many: c.commitMany}
+}
+
+// commit sends pb alone or with others, and waits for its result.
+func (c *Client) commit(ctx context.Context, pb *storepb.Batch) (int64, error) {
+	return c.co.do(ctx, pb)
+}
+
+// commitOne commits pb alone, under its caller's context.
+func (c *Client) commitOne(ctx context.Context, pb *storepb.Batch) (int64, error) {
+	r, err := c.c.Commit(ctx, &storepb.CommitRequest{Batch: pb}, callOpts...)
 	if err != nil {
-		return 0, c.fail(p.ctx, err)
+		return 0, c.fail(ctx, err)
 	}
 	return r.Version, nil
 }
 
-// send commits a group in one round trip and hands each member its result.
-func (c *Client) send(group []*pendingCommit) {
-	if len(group) == 1 {
-		v, err := c.sendOne(group[0])
-		group[0].done <- commitResult{v: v, err: err}
-		return
+// commitMany commits pbs in one CommitMany.
+func (c *Client) commitMany(ctx context.Context, pbs []*storepb.Batch) ([]commitResult, error) {
+	r, err := c.c.CommitMany(ctx, &storepb.CommitManyRequest{Batches: pbs}, callOpts...)
+	if err != nil {
+		return nil, c.fail(ctx, err)
 	}
-	ctx := context.Background() // no one caller's context may cut the others' commits
-	req := &storepb.CommitManyRequest{Batches: make([]*storepb.Batch, len(group))}
-	for i, p := range group {
-		req.Batches[i] = p.pb
-	}
-	r, err := c.c.CommitMany(ctx, req, callOpts...)
-	if err == nil && len(r.Results) != len(group) {
-		err = fmt.Errorf("%w: driver answered %d of %d commits", driver.ErrUnavailable, len(r.Results), len(group))
-	} else if err != nil {
-		err = c.fail(ctx, err)
-	}
-	for i, p := range group {
-		switch {
-		case err != nil:
-			p.done <- commitResult{err: err}
-		case r.Results[i].Code != 0:
-			res := r.Results[i]
-			p.done <- commitResult{err: errorFromFields(res.Code, res.Message, res.Reason)}
-		default:
-			p.done <- commitResult{v: r.Results[i].Version}
+	rs := make([]commitResult, len(r.Results))
+	for i, res := range r.Results {
+		if res.Code != 0 {
+			rs[i].err = errorFromFields(res.Code, res.Message, res.Reason)
+		} else {
+			rs[i].v = res.Version
 		}
 	}
+	return rs, nil
 }

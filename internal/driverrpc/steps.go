@@ -3,6 +3,7 @@ package driverrpc
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,15 +59,49 @@ func (s *Server) CommitSteps(ctx context.Context, req *storepb.CommitStepsReques
 	if err != nil {
 		return nil, err
 	}
-	if err := checkStepBatch(d, req.GetBatch()); err != nil {
+	if err := commitStepsOne(ctx, d, req.GetBatch()); err != nil {
 		return nil, ToStatus(err)
+	}
+	return &storepb.CommitStepsResponse{}, nil
+}
+
+// CommitStepsMany implements storepb.StoreServer: each batch is committed
+// as CommitSteps would commit it, all of them concurrently, so that a
+// driver with group commit syncs them together; each gets its own result.
+func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsManyRequest) (*storepb.CommitStepsManyResponse, error) {
+	d, err := s.v2("CommitStepsMany")
+	if err != nil {
+		return nil, err
+	}
+	pbs := req.GetBatches()
+	errs := make([]error, len(pbs))
+	var wg sync.WaitGroup
+	for i, pb := range pbs {
+		wg.Go(func() { errs[i] = commitStepsOne(ctx, d, pb) })
+	}
+	wg.Wait()
+	res := make([]*storepb.CommitStepsResult, len(pbs))
+	for i := range pbs {
+		r := &storepb.CommitStepsResult{}
+		if errs[i] != nil {
+			r.Code, r.Message, r.Reason = errorFields(errs[i])
+		}
+		res[i] = r
+	}
+	return &storepb.CommitStepsManyResponse{Results: res}, nil
+}
+
+// commitStepsOne checks a step batch and has the driver d commit it.
+func commitStepsOne(ctx context.Context, d driver.Driver, pb *storepb.StepBatch) error {
+	if err := checkStepBatch(d, pb); err != nil {
+		return err
 	}
 	driverfault.Reach(driverfault.BeforeCommit)
-	if err := d.(driver.StepStore).CommitSteps(ctx, StepBatchFromProto(req.GetBatch())); err != nil {
-		return nil, ToStatus(err)
+	if err := d.(driver.StepStore).CommitSteps(ctx, StepBatchFromProto(pb)); err != nil {
+		return err
 	}
 	driverfault.Reach(driverfault.AfterSyncBeforeReply)
-	return &storepb.CommitStepsResponse{}, nil
+	return nil
 }
 
 // ReadSteps implements storepb.StoreServer.
@@ -137,15 +172,63 @@ func (c *Client) ForProtocol(v int) driver.Driver {
 	return c
 }
 
-// CommitSteps implements driver.StepStore.
+// CommitSteps implements driver.StepStore. Concurrent step commits share
+// round trips (CommitStepsMany, see coalesce.go); each still has its own
+// outcome. A driver served by an SDK without CommitStepsMany gets them one
+// by one.
 func (c StepClient) CommitSteps(ctx context.Context, b driver.StepBatch) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if _, err := c.c.CommitSteps(ctx, &storepb.CommitStepsRequest{Batch: StepBatchToProto(b)}, callOpts...); err != nil {
+	pb := StepBatchToProto(b)
+	if c.noStepsMany.Load() {
+		return c.commitStepsOne(ctx, pb)
+	}
+	_, err := c.steps.do(ctx, pb)
+	return err
+}
+
+func newStepCommits(c *Client) *coalescer[*storepb.StepBatch] {
+	return &coalescer[*storepb.StepBatch]{what: "step commit", unknown: "step commit outcome unknown (read the run's steps)",
+		one: func(ctx context.Context, pb *storepb.StepBatch) (int64, error) {
+			return 0, c.commitStepsOne(ctx, pb)
+		},
+		many: c.commitStepsMany}
+}
+
+// commitStepsOne commits one step batch alone, under its caller's context.
+func (c *Client) commitStepsOne(ctx context.Context, pb *storepb.StepBatch) error {
+	if _, err := c.c.CommitSteps(ctx, &storepb.CommitStepsRequest{Batch: pb}, callOpts...); err != nil {
 		return c.fail(ctx, err)
 	}
 	return nil
+}
+
+// commitStepsMany commits pbs in one CommitStepsMany. A driver that does
+// not know the call (UNIMPLEMENTED: nothing was committed) gets them one by
+// one, concurrently, from then on.
+func (c *Client) commitStepsMany(ctx context.Context, pbs []*storepb.StepBatch) ([]commitResult, error) {
+	r, err := c.c.CommitStepsMany(ctx, &storepb.CommitStepsManyRequest{Batches: pbs}, callOpts...)
+	if status.Code(err) == codes.Unimplemented {
+		c.noStepsMany.Store(true)
+		rs := make([]commitResult, len(pbs))
+		var wg sync.WaitGroup
+		for i, pb := range pbs {
+			wg.Go(func() { rs[i].err = c.commitStepsOne(ctx, pb) })
+		}
+		wg.Wait()
+		return rs, nil
+	}
+	if err != nil {
+		return nil, c.fail(ctx, err)
+	}
+	rs := make([]commitResult, len(r.Results))
+	for i, res := range r.Results {
+		if res.Code != 0 {
+			rs[i].err = errorFromFields(res.Code, res.Message, res.Reason)
+		}
+	}
+	return rs, nil
 }
 
 // ReadSteps implements driver.StepStore.
