@@ -77,7 +77,13 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 	errs := make([]error, len(pbs))
 	var wg sync.WaitGroup
 	for i, pb := range pbs {
-		wg.Go(func() { errs[i] = commitStepsOne(ctx, d, pb) })
+		// Checked here, not on the batch's goroutine: a fresh goroutine
+		// grows its stack for them, a cost per batch.
+		if errs[i] = checkStepBatch(d, pb); errs[i] != nil {
+			continue
+		}
+		b := StepBatchFromProto(pb)
+		wg.Go(func() { errs[i] = commitStepBatch(ctx, d, b) })
 	}
 	wg.Wait()
 	res := make([]*storepb.CommitStepsResult, len(pbs))
@@ -96,8 +102,13 @@ func commitStepsOne(ctx context.Context, d driver.Driver, pb *storepb.StepBatch)
 	if err := checkStepBatch(d, pb); err != nil {
 		return err
 	}
+	return commitStepBatch(ctx, d, StepBatchFromProto(pb))
+}
+
+// commitStepBatch has the driver d commit a checked step batch.
+func commitStepBatch(ctx context.Context, d driver.Driver, b driver.StepBatch) error {
 	driverfault.Reach(driverfault.BeforeCommit)
-	if err := d.(driver.StepStore).CommitSteps(ctx, StepBatchFromProto(pb)); err != nil {
+	if err := d.(driver.StepStore).CommitSteps(ctx, b); err != nil {
 		return err
 	}
 	driverfault.Reach(driverfault.AfterSyncBeforeReply)
