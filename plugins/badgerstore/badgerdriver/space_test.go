@@ -44,6 +44,27 @@ func TestSpaceGuard(t *testing.T) {
 	if err := g.check(1000, warn); err != nil || measured != 0 {
 		t.Fatalf("plenty of room: %v, logs measured %d times", err, measured)
 	}
+
+	// A verdict of plenty is reused for a while and for a bounded number
+	// of bytes, then the filesystem is asked again.
+	free = 100 << 20
+	if err := g.check(1000, warn); err != nil {
+		t.Fatalf("plenty of room a moment ago: %v", err)
+	}
+	if err := g.check(plentyReuseBytes, warn); !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("past the bytes a verdict of plenty covers: %v", err)
+	}
+	free = 8 << 30
+	if err := g.check(1000, warn); err != nil {
+		t.Fatalf("plenty of room again: %v", err)
+	}
+	free = 100 << 20
+	g.mu.Lock()
+	g.plentyAt = g.plentyAt.Add(-plentyReuse)
+	g.mu.Unlock()
+	if err := g.check(1000, warn); !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("past the time a verdict of plenty covers: %v", err)
+	}
 }
 
 // TestUnwrittenLogBytes: the newest memtable log counts what is not yet
