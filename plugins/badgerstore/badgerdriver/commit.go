@@ -26,8 +26,25 @@ import (
 // nothing: its failure is its own. A batch whose writes fail (too large)
 // poisons the transaction, so the committer throws it away and runs the
 // members before it again without it; when a transaction fails to commit,
-// the committer runs each member alone. Each batch reads its thread's header
-// inside the transaction, so badger's conflict detection covers it.
+// the committer runs each member alone.
+//
+// The committer is the store's only writer, and badger runs its
+// transactions one after the other (a new one waits for the previous
+// commit), so no write can come between a check and its writes: badger's
+// conflict detection is off (ADR 0145). That lets the committer keep the
+// heads of the threads it wrote (version and last history seq) in memory
+// and check a batch against them instead of reading the thread's header
+// back from badger each time.
+
+// threadHead is what a batch is checked against of its thread.
+type threadHead struct {
+	version int64
+	lastSeq int64
+}
+
+// maxHeads bounds the committer's cache of thread heads (Driver.maxHeads);
+// a full cache is emptied and fills again from badger.
+const maxHeads = 1 << 16
 
 // commitReq is one queued commit: a Batch, or a CommitSteps batch when sb
 // is set. Both kinds share groups, so that many runs' steps share a sync.
@@ -228,8 +245,9 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		verdicts := make([]error, 0, len(pending))
 		bad := -1 // the member whose writes failed, if any
 		var badErr error
+		written := make(map[string]threadHead, len(pending)) // heads this transaction wrote
 		for i, r := range pending {
-			wrote, err := d.apply(txn, r)
+			wrote, err := d.apply(txn, r, written)
 			if wrote && err != nil {
 				bad, badErr = i, err
 				break
@@ -249,6 +267,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		}
 		driverfault.Reach(driverfault.AfterWriteBeforeSync)
 		err := txn.Commit()
+		d.noteHeads(written, err == nil)
 		if err != nil && len(pending) > 1 {
 			// Do not let one member's failure answer for the others.
 			for _, r := range pending {
@@ -258,8 +277,6 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		}
 		for i, r := range pending {
 			switch {
-			case err != nil && errors.Is(err, badger.ErrConflict):
-				r.done <- fmt.Errorf("%w: %s: the records it checked changed during the commit", driver.ErrVersionConflict, r.name())
 			case err != nil:
 				r.done <- fmt.Errorf("badgerstore: commit: %w", err)
 			default:
@@ -268,6 +285,44 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		}
 		return
 	}
+}
+
+// noteHeads records in the committer's cache the thread heads a
+// transaction wrote, once it committed; when it did not, their cached heads
+// are dropped, to be read again from badger.
+func (d *Driver) noteHeads(written map[string]threadHead, committed bool) {
+	if !committed {
+		for id := range written {
+			delete(d.heads, id)
+		}
+		return
+	}
+	if len(d.heads)+len(written) > d.maxHeads {
+		clear(d.heads)
+	}
+	for id, h := range written {
+		d.heads[id] = h
+	}
+}
+
+// head returns the head of thread id as the transaction txn sees it: what
+// an earlier member of the group wrote, else what the cache holds, else
+// what badger holds (zero for a new thread).
+func (d *Driver) head(txn *badger.Txn, id string, written map[string]threadHead) (threadHead, error) {
+	if h, ok := written[id]; ok {
+		return h, nil
+	}
+	if h, ok := d.heads[id]; ok {
+		return h, nil
+	}
+	cur, lastSeq, err := getThread(txn, id)
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return threadHead{}, nil
+	case err != nil:
+		return threadHead{}, err
+	}
+	return threadHead{version: cur.Version, lastSeq: lastSeq}, nil
 }
 
 // writeError is the verdict of a commit whose writes failed on their own.
@@ -281,23 +336,22 @@ func writeError(req *commitReq, err error) error {
 // apply checks req's batch against txn, then writes it to txn. It returns
 // wrote=false with the verdict when a check fails (nothing was written),
 // and wrote=true with an error when a write failed (txn is then poisoned).
-func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) {
+//
+// written holds the thread heads the earlier members of txn wrote; apply
+// adds the head it writes.
+func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threadHead) (wrote bool, err error) {
 	if req.sb != nil {
 		return d.applySteps(txn, req)
 	}
 	b := req.b
 	// Checks: read everything first, write nothing.
-	cur, lastSeq, err := getThread(txn, b.ThreadID)
-	var version int64
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-	case err != nil:
+	h, err := d.head(txn, b.ThreadID, written)
+	if err != nil {
 		return false, err
-	default:
-		version = cur.Version
 	}
-	if version != b.ExpectedVersion {
-		return false, fmt.Errorf("%w: thread %s is at version %d, batch expects %d", driver.ErrVersionConflict, b.ThreadID, version, b.ExpectedVersion)
+	lastSeq := h.lastSeq
+	if h.version != b.ExpectedVersion {
+		return false, fmt.Errorf("%w: thread %s is at version %d, batch expects %d", driver.ErrVersionConflict, b.ThreadID, h.version, b.ExpectedVersion)
 	}
 	for _, k := range b.Idempotency {
 		if ok, err := exists(txn, idemKey(k.ThreadID, k.Key)); err != nil || ok {
@@ -380,6 +434,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq) (wrote bool, err error) 
 	if err := set(threadKey(b.ThreadID), append(hdr, req.enc.thread...)); err != nil {
 		return true, err
 	}
+	written[b.ThreadID] = threadHead{version: b.Thread.Version, lastSeq: lastSeq}
 	return true, nil
 }
 

@@ -43,8 +43,10 @@ type Driver struct {
 	lock  *os.File    // the data directory's process lock; nil in memory
 	space *spaceGuard // refuses commits on a full disk; nil in memory
 
-	reqs      chan []*commitReq // to the committer, a caller's batches together
-	committed chan struct{}     // closed when the committer has ended
+	reqs      chan []*commitReq     // to the committer, a caller's batches together
+	heads     map[string]threadHead // the committer's cache of thread heads (its goroutine only)
+	maxHeads  int                   // bounds heads: maxHeads, or less in tests
+	committed chan struct{}         // closed when the committer has ended
 	stopGC    chan struct{}
 	gcDone    chan struct{}
 }
@@ -68,7 +70,7 @@ func Open(cfg Config) (*Driver, error) {
 		WithLogger(badgerLogger{cfg.Logger}).
 		WithNumCompactors(2).
 		WithBlockCacheSize(32 << 20).
-		WithDetectConflicts(true)
+		WithDetectConflicts(false) // the committer is the only writer (ADR 0145)
 	var lock *os.File
 	if cfg.InMemory {
 		opts.Dir, opts.ValueDir = "", ""
@@ -92,6 +94,8 @@ func Open(cfg Config) (*Driver, error) {
 	d := &Driver{
 		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
 		reqs:      make(chan []*commitReq, cfg.MaxGroup),
+		heads:     make(map[string]threadHead),
+		maxHeads:  maxHeads,
 		committed: make(chan struct{}),
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),

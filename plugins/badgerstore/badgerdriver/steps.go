@@ -21,7 +21,7 @@ import (
 // A CommitSteps call is queued to the committer like a Commit and applied
 // in the same groups, so that the steps of many runs share one sync; it
 // reads the run's record and the last seq of its log inside the group's
-// transaction, so badger's conflict detection covers both.
+// transaction, so that it sees what the earlier members wrote.
 
 var (
 	_ driver.StepStore    = (*Driver)(nil)
