@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agenthost/agenthost/abi/driver"
-	"github.com/agenthost/agenthost/abi/storepb"
 )
 
 // PluginName is the name under which a driver process serves the store
@@ -48,7 +47,7 @@ var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
 // GRPCServer implements plugin.GRPCPlugin.
 func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	p.Impl.SetProtocol(p.Version)
-	storepb.RegisterStoreServer(s, p.Impl)
+	s.RegisterService(storeServiceDesc(), p.Impl) // storepb's, CommitMany keeping its bytes
 	return nil
 }
 
@@ -90,9 +89,11 @@ func Versions() []int {
 }
 
 // NewGRPCServer is the gRPC server constructor of a driver process: the
-// options go-plugin passes, with message sizes raised to MaxMessageSize.
+// options go-plugin passes, with message sizes raised to MaxMessageSize and
+// the codec that keeps a CommitMany request's bytes (see wire.go).
 func NewGRPCServer(opts []grpc.ServerOption) *grpc.Server {
-	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.ForceServerCodecV2(newWireCodec()))
 	return grpc.NewServer(opts...)
 }
 

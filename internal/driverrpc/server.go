@@ -131,6 +131,12 @@ func (s *Server) Commit(ctx context.Context, req *storepb.CommitRequest) (*store
 
 // CommitMany implements storepb.StoreServer: each batch gets its own result.
 func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest) (*storepb.CommitManyResponse, error) {
+	return s.commitMany(ctx, req, nil)
+}
+
+// commitMany is CommitMany of req, decoded from raw when raw is not nil
+// (see wire.go).
+func (s *Server) commitMany(ctx context.Context, req *storepb.CommitManyRequest, raw []byte) (*storepb.CommitManyResponse, error) {
 	d, err := s.driver()
 	if err != nil {
 		return nil, err
@@ -139,15 +145,37 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 	versions := make([]int64, len(pbs))
 	errs := make([]error, len(pbs))
 	if mc, ok := d.(driver.ManyCommitter); ok {
+		ec, _ := d.(EncodedCommitter)
+		var wire []*Encoded
+		if ec != nil {
+			wire = encodedBatches(req, raw)
+		}
 		bs := make([]driver.Batch, 0, len(pbs))
 		idx := make([]int, 0, len(pbs))
+		var enc []*Encoded
+		if wire != nil {
+			enc = make([]*Encoded, 0, len(pbs))
+		}
 		for i, pb := range pbs {
-			if errs[i] = s.checkBatch(d, pb); errs[i] == nil {
+			size := -1
+			if wire != nil {
+				size = wire[i].Size
+			}
+			if errs[i] = s.checkBatchSize(d, pb, size); errs[i] == nil {
 				bs = append(bs, BatchFromProto(pb))
 				idx = append(idx, i)
+				if wire != nil {
+					enc = append(enc, wire[i])
+				}
 			}
 		}
-		vs, es := mc.CommitMany(ctx, bs)
+		var vs []int64
+		var es []error
+		if enc != nil {
+			vs, es = ec.CommitManyEncoded(ctx, bs, enc)
+		} else {
+			vs, es = mc.CommitMany(ctx, bs)
+		}
 		if len(vs) != len(bs) || len(es) != len(bs) {
 			return nil, ToStatus(fmt.Errorf("driver answered %d of %d commits", len(es), len(bs)))
 		}
@@ -175,10 +203,19 @@ func (s *Server) CommitMany(ctx context.Context, req *storepb.CommitManyRequest)
 // checkBatch makes the checks the server makes on a batch before the
 // driver d sees it.
 func (s *Server) checkBatch(d driver.Driver, pb *storepb.Batch) error {
+	return s.checkBatchSize(d, pb, -1)
+}
+
+// checkBatchSize is checkBatch of a batch of size bytes on the wire, or of
+// an unknown size when size < 0.
+func (s *Server) checkBatchSize(d driver.Driver, pb *storepb.Batch, size int) error {
 	if pb == nil {
 		return fmt.Errorf("%w: commit without a batch", driver.ErrInvalidArgument)
 	}
-	if n := proto.Size(pb); n > driver.MaxBatchBytes {
+	if size < 0 {
+		size = proto.Size(pb)
+	}
+	if n := size; n > driver.MaxBatchBytes {
 		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, driver.MaxBatchBytes)
 	}
 	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {

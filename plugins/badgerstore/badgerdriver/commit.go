@@ -117,7 +117,7 @@ func encodeSteps(steps []record.Step, size *int, err error) ([][]byte, error) {
 
 // Commit implements driver.Driver.
 func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
-	req, err := d.prepare(ctx, b)
+	req, err := d.prepare(ctx, b, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -135,12 +135,23 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 // CommitMany implements driver.ManyCommitter: the batches are queued
 // together, so that they share a group, and each gets its own result.
 func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
+	return d.CommitManyEncoded(ctx, bs, nil)
+}
+
+// CommitManyEncoded implements driverrpc.EncodedCommitter: CommitMany,
+// storing the records' wire form as received where enc has it, since the
+// stored form is the same (keys.go).
+func (d *Driver) CommitManyEncoded(ctx context.Context, bs []driver.Batch, enc []*driverrpc.Encoded) ([]int64, []error) {
 	versions := make([]int64, len(bs))
 	errs := make([]error, len(bs))
 	reqs := make([]*commitReq, 0, len(bs))
 	idx := make([]int, 0, len(bs))
 	for i, b := range bs {
-		req, err := d.prepare(ctx, b)
+		var wire *driverrpc.Encoded
+		if i < len(enc) {
+			wire = enc[i]
+		}
+		req, err := d.prepare(ctx, b, wire)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -163,14 +174,25 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 	return versions, errs
 }
 
-// prepare checks and encodes a batch for the committer.
-func (d *Driver) prepare(ctx context.Context, b driver.Batch) (*commitReq, error) {
+// prepare checks and encodes a batch for the committer; wire, when not
+// nil, is its records' wire form, which it stores as is.
+func (d *Driver) prepare(ctx context.Context, b driver.Batch, wire *driverrpc.Encoded) (*commitReq, error) {
 	if err := storedriver.ValidateBatch(b); err != nil {
 		return nil, err
 	}
-	enc, err := encode(b)
-	if err != nil {
-		return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
+	var enc encoded
+	if wire != nil {
+		enc = encoded{thread: wire.Thread, runs: wire.Runs, msgs: wire.Messages, idem: wire.Idempotency, steps: wire.Steps}
+		for _, vs := range [][][]byte{{wire.Thread}, wire.Runs, wire.Messages, wire.Idempotency, wire.Steps} {
+			for _, v := range vs {
+				enc.size += len(v)
+			}
+		}
+	} else {
+		var err error
+		if enc, err = encode(b); err != nil {
+			return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
+		}
 	}
 	if enc.size > d.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)

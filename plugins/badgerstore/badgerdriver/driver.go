@@ -54,6 +54,8 @@ type Driver struct {
 var (
 	_ driver.Driver        = (*Driver)(nil)
 	_ driver.ManyCommitter = (*Driver)(nil)
+
+	_ driverrpc.EncodedCommitter = (*Driver)(nil)
 )
 
 // Open opens (creating if needed) the database in cfg.Dir.

@@ -1,0 +1,186 @@
+package driverrpc
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/storepb"
+)
+
+// A driver that stores its records in their wire form (storepb messages,
+// as badgerstore does) would decode a committed batch only to encode its
+// records again, byte for byte what the host sent. The server keeps the
+// bytes of a CommitMany request as they arrive and hands each batch's
+// records, still encoded, to a driver that takes them (EncodedCommitter).
+
+// Encoded is the wire form of one batch's records as the host sent them:
+// each a marshalled storepb.Thread, Run, Message, Idempotency or Step, in
+// the batch's order. Decoded, each is the record of the driver.Batch it
+// comes with.
+type Encoded struct {
+	Thread      []byte
+	Runs        [][]byte
+	Messages    [][]byte
+	Idempotency [][]byte
+	Steps       [][]byte
+	// Size is the batch's size on the wire.
+	Size int
+}
+
+// EncodedCommitter is a driver.ManyCommitter that takes the batches'
+// records in their wire form along (see Encoded); enc[i] is nil where the
+// server has no wire form of bs[i], and the driver encodes it itself.
+type EncodedCommitter interface {
+	driver.ManyCommitter
+	CommitManyEncoded(ctx context.Context, bs []driver.Batch, enc []*Encoded) ([]int64, []error)
+}
+
+// commitManyWire is a CommitMany request with the bytes it was decoded
+// from. Through any codec but wireCodec it decodes as the request alone.
+type commitManyWire struct {
+	*storepb.CommitManyRequest
+	raw []byte
+}
+
+// wireCodec is the driver process's gRPC codec: the proto codec, which
+// also keeps the bytes of a CommitMany request (commitManyWire).
+type wireCodec struct{ encoding.CodecV2 }
+
+func newWireCodec() wireCodec { return wireCodec{encoding.GetCodecV2("proto")} }
+
+func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	w, ok := v.(*commitManyWire)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	w.raw = data.Materialize()
+	return proto.Unmarshal(w.raw, w.CommitManyRequest)
+}
+
+// storeServiceDesc is the Store service with its CommitMany handler
+// decoding through commitManyWire; the other methods are the generated
+// ones.
+func storeServiceDesc() *grpc.ServiceDesc {
+	desc := storepb.Store_ServiceDesc
+	desc.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
+	for i, m := range desc.Methods {
+		if m.MethodName == "CommitMany" {
+			desc.Methods[i].Handler = commitManyHandler
+		}
+	}
+	return &desc
+}
+
+func commitManyHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &commitManyWire{CommitManyRequest: new(storepb.CommitManyRequest)}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.commitMany(ctx, in.CommitManyRequest, in.raw)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitMany_FullMethodName}
+	return interceptor(ctx, in.CommitManyRequest, info, func(ctx context.Context, req any) (any, error) {
+		r := req.(*storepb.CommitManyRequest)
+		if r != in.CommitManyRequest {
+			return s.commitMany(ctx, r, nil) // replaced: its bytes are not raw's
+		}
+		return s.commitMany(ctx, r, in.raw)
+	})
+}
+
+// encodedBatches splits raw, the bytes req was decoded from, into the wire
+// form of each batch's records. It returns nil if they do not match req
+// one for one (a field repeated that proto merges, say): the caller then
+// goes without.
+func encodedBatches(req *storepb.CommitManyRequest, raw []byte) []*Encoded {
+	if raw == nil {
+		return nil
+	}
+	var out []*Encoded
+	err := eachField(raw, func(num protowire.Number, v []byte) error {
+		if num != 1 {
+			return nil
+		}
+		if len(out) >= len(req.Batches) {
+			return fmt.Errorf("more batches than decoded")
+		}
+		e, err := encodedBatch(req.Batches[len(out)], v)
+		if err != nil {
+			return err
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil || len(out) != len(req.Batches) {
+		return nil
+	}
+	return out
+}
+
+func encodedBatch(pb *storepb.Batch, raw []byte) (*Encoded, error) {
+	e := &Encoded{Size: len(raw)}
+	threads := 0
+	err := eachField(raw, func(num protowire.Number, v []byte) error {
+		switch num {
+		case 4:
+			threads++
+			e.Thread = v
+		case 5:
+			e.Runs = append(e.Runs, v)
+		case 6:
+			e.Messages = append(e.Messages, v)
+		case 7:
+			e.Idempotency = append(e.Idempotency, v)
+		case 9:
+			e.Steps = append(e.Steps, v)
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case threads > 1, (threads == 1) != (pb.Thread != nil),
+		len(e.Runs) != len(pb.Runs), len(e.Messages) != len(pb.Messages),
+		len(e.Idempotency) != len(pb.Idempotency), len(e.Steps) != len(pb.Steps):
+		return nil, fmt.Errorf("the wire form does not match the decoded batch")
+	}
+	return e, nil
+}
+
+// eachField calls fn with the number and contents of each length-delimited
+// field of the message b, skipping the others.
+func eachField(b []byte, fn func(protowire.Number, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if err := fn(num, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
