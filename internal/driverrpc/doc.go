@@ -8,5 +8,7 @@
 //
 // Commits from concurrent callers of one Client share round trips (see
 // coalesce.go): the driver commits them each on its own, through
-// driver.ManyCommitter when it has it.
+// driver.ManyCommitter when it has it. A driver that stores its records
+// in their wire form gets them as the host sent them (EncodedCommitter,
+// see wire.go).
 package driverrpc

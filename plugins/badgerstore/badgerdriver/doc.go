@@ -7,7 +7,8 @@
 // state, idempotency records by (thread, key), history by (thread, seq)),
 // all written in the transaction of the commit that changes them.
 // commit.go holds group commit: concurrent commits, each checked on its own,
-// share one badger transaction and one sync. lock.go keeps a second
+// share one badger transaction and one sync, applied by one committer
+// goroutine, the store's only writer (ADR 0145). lock.go keeps a second
 // process off the directory; repair.go clears what a process killed at the
 // wrong instant leaves that badger itself would refuse at open.
 package badgerdriver
