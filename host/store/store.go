@@ -1013,40 +1013,49 @@ func (s *Store) tail(ctx context.Context, threadID string, end int64, want []str
 		msgs = append(msgs[:len(msgs):len(msgs)], page...)
 		last = page[len(page)-1].Seq
 	}
-	if len(want) > 0 {
-		missing := make(map[string]bool, len(want))
-		for _, id := range want {
-			missing[id] = true
+	for missing := absent(msgs, want); len(missing) > 0; {
+		first := last + 1
+		if len(msgs) > 0 {
+			first = msgs[0].Seq
 		}
-		for _, m := range msgs {
+		if first <= 1 {
+			break
+		}
+		after := max(first-1-int64(s.opt.PageSize), 0)
+		page, err := s.d.ReadHistory(ctx, threadID, after, int(first-1-after))
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, m := range page {
 			delete(missing, m.ID)
 		}
-		for len(missing) > 0 {
-			first := last + 1
-			if len(msgs) > 0 {
-				first = msgs[0].Seq
-			}
-			if first <= 1 {
-				break
-			}
-			after := max(first-1-int64(s.opt.PageSize), 0)
-			page, err := s.d.ReadHistory(ctx, threadID, after, int(first-1-after))
-			if err != nil {
-				return nil, 0, err
-			}
-			if len(page) == 0 {
-				break
-			}
-			for _, m := range page {
-				delete(missing, m.ID)
-			}
-			msgs = append(page[:len(page):len(page)], msgs...)
-		}
+		msgs = append(page[:len(page):len(page)], msgs...)
 	}
 	if s.current(gen) {
 		s.hist.put(threadID, msgs)
 	}
 	return msgs, from, nil
+}
+
+// absent returns the ids among want that msgs does not hold. It looks from
+// the end of msgs, where the inputs of open runs are, and stops once it
+// found them all: it costs the messages after the first one wanted, not
+// all of msgs.
+func absent(msgs []record.Message, want []string) map[string]bool {
+	if len(want) == 0 {
+		return nil
+	}
+	missing := make(map[string]bool, len(want))
+	for _, id := range want {
+		missing[id] = true
+	}
+	for i := len(msgs) - 1; i >= 0 && len(missing) > 0; i-- {
+		delete(missing, msgs[i].ID)
+	}
+	return missing
 }
 
 // Runs iterates over the runs in state st, in id order, a page at a time.
