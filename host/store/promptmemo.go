@@ -34,8 +34,11 @@ type threadMemo struct {
 	busy bool // taken by a prompt (under promptMemo.mu)
 	gen  uint64
 	end  int64 // the messages up to Seq end were taken in
-	// ended are the runs in the projection's order (EndSeq, then Seq).
-	ended []contribution
+	// ended are the runs in the projection's order (EndSeq, then Seq), and
+	// endedIDs their ids.
+	ended    []contribution
+	endedIDs map[string]bool
+	nextOrd  int64 // the ord of the next contribution appended
 	// open are the runs named by messages taken in whose records were not
 	// yet seen terminal, with their messages.
 	open map[string]*openRun
@@ -51,6 +54,12 @@ type contribution struct {
 	first       int64 // least Seq of its messages; 0 if one is not known
 	last        int64 // greatest Seq of a message of its own (RunID)
 	msgs        []record.Message
+	// ord numbers the contributions in ended's order (increasing, not
+	// consecutive once some are dropped). chain is the ord of the first of
+	// the longest sequence of contributions ending at this one whose
+	// messages, taken in turn, are consecutive positions of the history; -1
+	// when this one's own are not (see shared).
+	ord, chain int64
 }
 
 type openRun struct {
@@ -105,7 +114,7 @@ func (c *promptMemo) reset() {
 
 // newThreadMemo returns an empty memo that takes in messages after end.
 func newThreadMemo(gen uint64, end int64) *threadMemo {
-	return &threadMemo{gen: gen, end: end, open: map[string]*openRun{}, byID: map[string]record.Message{}}
+	return &threadMemo{gen: gen, end: end, open: map[string]*openRun{}, byID: map[string]record.Message{}, endedIDs: map[string]bool{}}
 }
 
 // advance takes in tail's messages after m.end, which must continue them,
@@ -122,7 +131,7 @@ func (m *threadMemo) advance(tail []record.Message, from int64, exceptRun string
 		if msg.Seq != m.end+1 {
 			return false, nil
 		}
-		if slices.ContainsFunc(m.ended, func(c contribution) bool { return c.id == msg.RunID }) {
+		if m.endedIDs[msg.RunID] {
 			return false, nil
 		}
 		o := m.open[msg.RunID]
@@ -206,7 +215,61 @@ func (m *threadMemo) addEnded(r record.Run) {
 	at, _ := slices.BinarySearchFunc(m.ended, c, func(a, b contribution) int {
 		return cmp.Or(cmp.Compare(a.endSeq, b.endSeq), cmp.Compare(a.seq, b.seq))
 	})
+	m.endedIDs[c.id] = true
+	if at == len(m.ended) {
+		// Runs end in turn: the usual case, which costs this run only.
+		c.ord = m.nextOrd
+		m.nextOrd++
+		var prev *contribution
+		if at > 0 {
+			prev = &m.ended[at-1]
+		}
+		c.chain = chainOf(prev, &c)
+		m.ended = append(m.ended, c)
+		return
+	}
 	m.ended = slices.Insert(m.ended, at, c)
+	m.rechain()
+}
+
+// consecutive reports whether c's messages are known and at consecutive
+// positions of the history, in order.
+func consecutive(c *contribution) bool {
+	if len(c.msgs) == 0 || c.first != c.msgs[0].Seq {
+		return false
+	}
+	for k, msg := range c.msgs {
+		if msg.Seq != c.first+int64(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// chainOf is c.chain, c following prev (nil: none) in ended.
+func chainOf(prev, c *contribution) int64 {
+	switch {
+	case !consecutive(c):
+		return -1
+	case prev != nil && prev.chain >= 0 && prev.msgs[len(prev.msgs)-1].Seq+1 == c.first:
+		return prev.chain
+	}
+	return c.ord
+}
+
+// rechain numbers ended again and recomputes the chains, after a
+// contribution was put before others or taken from between them.
+func (m *threadMemo) rechain() {
+	for k := range m.ended {
+		c := &m.ended[k]
+		c.ord = m.nextOrd
+		m.nextOrd++
+		var prev *contribution
+		if k > 0 {
+			prev = &m.ended[k-1]
+		}
+		c.chain = chainOf(prev, c)
+	}
 }
 
 // drop forgets what lies wholly before position from: the window only moves
@@ -217,10 +280,27 @@ func (m *threadMemo) drop(from int64) {
 		delete(m.byID, m.seqs[k].id)
 		k++
 	}
-	if k > 0 {
-		m.seqs = slices.Delete(m.seqs, 0, k)
+	// Resliced, not moved down: append reallocates once the front is
+	// used up, so that dropping costs what is dropped.
+	clear(m.seqs[:k])
+	m.seqs = m.seqs[k:]
+	gone := func(c contribution) bool { return c.last < from }
+	k = 0
+	for k < len(m.ended) && gone(m.ended[k]) {
+		delete(m.endedIDs, m.ended[k].id)
+		k++
 	}
-	m.ended = slices.DeleteFunc(m.ended, func(c contribution) bool { return c.last < from })
+	clear(m.ended[:k])
+	m.ended = m.ended[k:]
+	if slices.ContainsFunc(m.ended, gone) {
+		for _, c := range m.ended {
+			if gone(c) {
+				delete(m.endedIDs, c.id)
+			}
+		}
+		m.ended = slices.DeleteFunc(m.ended, gone)
+		m.rechain()
+	}
 	for id, o := range m.open {
 		if o.last < from {
 			delete(m.open, id)
@@ -230,8 +310,13 @@ func (m *threadMemo) drop(from int64) {
 
 // prompt is the settled conversation within the window starting at from,
 // then run's inputs, then taken (see runstate.PromptWindow). ok is false
-// when one of the run's inputs is not known.
-func (m *threadMemo) prompt(run record.Run, from int64, taken []record.Message) ([]record.Message, bool) {
+// when one of the run's inputs is not known. tail is the end of the
+// history that m was last advanced with: when the prompt is consecutive
+// positions of it (see shared), it is that part of tail, not a copy.
+func (m *threadMemo) prompt(run record.Run, from int64, taken, tail []record.Message) ([]record.Message, bool) {
+	if p, ok := m.shared(run, from, taken, tail); ok {
+		return p, true
+	}
 	start := 0
 	for k, c := range m.ended {
 		if c.id != run.ID && c.first < from {
@@ -264,4 +349,64 @@ func (m *threadMemo) prompt(run record.Run, from int64, taken []record.Message) 
 		}
 	}
 	return out, true
+}
+
+// shared returns the prompt as part of tail when it is consecutive
+// positions of the history: the runs of the settled part ended in the
+// order of their messages, each contributing all of them, and the run's
+// inputs come right after (no taken input). It is the usual case of a
+// thread whose runs follow one another; its cost is the run's inputs, not
+// the window's messages. ok is false otherwise.
+func (m *threadMemo) shared(run record.Run, from int64, taken, tail []record.Message) ([]record.Message, bool) {
+	if len(taken) > 0 || len(run.InputMessageIDs) == 0 || len(tail) == 0 || m.endedIDs[run.ID] {
+		return nil, false
+	}
+	var lo, next int64 // the positions of the prompt's first message and of the run's first input
+	if n := len(m.ended); n > 0 {
+		last := &m.ended[n-1]
+		if last.chain < 0 {
+			return nil, false
+		}
+		// The chain ending at the last run; in it, the runs' first
+		// positions increase, so the first wholly in the window is found
+		// by bisection.
+		c0, _ := slices.BinarySearchFunc(m.ended, last.chain, func(c contribution, ord int64) int { return cmp.Compare(c.ord, ord) })
+		k, _ := slices.BinarySearchFunc(m.ended[c0:], from, func(c contribution, from int64) int { return cmp.Compare(c.first, from) })
+		s := c0 + k
+		// The projection starts after the last run, in ended's order, that
+		// begins before the window: within the chain, the one before s;
+		// before the chain, it must be the one before it.
+		if s == c0 && c0 > 0 && m.ended[c0-1].first >= from {
+			return nil, false
+		}
+		next = last.msgs[len(last.msgs)-1].Seq + 1
+		lo = next
+		if s < n {
+			lo = m.ended[s].first
+		}
+	} else {
+		in, ok := m.byID[run.InputMessageIDs[0]]
+		if !ok {
+			return nil, false
+		}
+		lo, next = in.Seq, in.Seq
+	}
+	at := func(seq int64) int {
+		i := seq - tail[0].Seq
+		if i < 0 || i >= int64(len(tail)) || tail[i].Seq != seq {
+			return -1
+		}
+		return int(i)
+	}
+	for k, id := range run.InputMessageIDs {
+		if i := at(next + int64(k)); i < 0 || tail[i].ID != id {
+			return nil, false
+		}
+	}
+	end := next + int64(len(run.InputMessageIDs)) - 1
+	i, j := at(lo), at(end)
+	if i < 0 || j < 0 || int64(j-i) != end-lo {
+		return nil, false
+	}
+	return tail[i : j+1 : j+1], true
 }

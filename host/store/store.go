@@ -844,7 +844,9 @@ func (s *Store) runsOf(ctx context.Context, msgs []record.Message, known func(id
 // last Options.HistoryWindow messages of its history — then the run's
 // inputs, then taken. It reads what is new since the last prompt of the
 // thread (cached, see histCache), not the thread, and projects only that
-// (see promptMemo).
+// (see promptMemo). The slice returned may share its messages with the
+// cache: the caller may append to it (its capacity is its length) but must
+// not change its elements.
 func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Message) ([]record.Message, error) {
 	// The run was started through this store layer, whose commit left the
 	// thread's end: what the prompt needs was written before it.
@@ -881,7 +883,7 @@ func (s *Store) Prompt(ctx context.Context, run record.Run, taken []record.Messa
 	}
 	var p []record.Message
 	if ok {
-		p, ok = m.prompt(run, from, taken)
+		p, ok = m.prompt(run, from, taken, tail)
 	}
 	keep = ok
 	if ok && !verifyMemo {
