@@ -283,15 +283,22 @@ func benchLogger() *slog.Logger {
 // most 10 messages (a client moves to a fresh thread every 5 runs), over
 // the badgerstore plugin. The two take turns, b.N runs each in rounds
 // (long, short, short, long, ...); ratio:long/short is the median of the
-// rounds' pairs. host-heap-MiB is the host's heap after the long rounds,
-// the driver's records being in its own process: it stays bounded however
-// long the threads grow.
+// rounds' pairs. cpu-ms/run is the CPU time of the host and driver
+// processes together per run of each side: on a shared machine the rates
+// move with the load, the CPU a run costs much less. host-heap-MiB is the
+// host's heap after the long rounds, the driver's records being in its own
+// process: it stays bounded however long the threads grow.
 func BenchmarkThreadLength(b *testing.B) {
 	const clients, longMsgs, round = 4, 10_000, 200
 	d := launchBuiltin(b, "badgerstore", map[string]string{"dir": b.TempDir()})
+	dh := driverhost.Of(d)
 	rt := benchRuntime(b, d, nil, model.Script{}, 64)
 	ctx := context.Background()
-	drive := func(n int, thread func(c, i int) string) time.Duration {
+	var cpuLong, cpuShort time.Duration
+	cpu := func() time.Duration { return procCPU(os.Getpid()) + procCPU(dh.Pid()) }
+	// drive runs n runs a client, adding the CPU they took to used.
+	drive := func(n int, thread func(c, i int) string, used *time.Duration) time.Duration {
+		defer func(c0 time.Duration) { *used += cpu() - c0 }(cpu())
 		began := time.Now()
 		var wg sync.WaitGroup
 		for c := range clients {
@@ -318,7 +325,8 @@ func BenchmarkThreadLength(b *testing.B) {
 	for c := range clients {
 		fillThread(b, d, long(c, 0), longMsgs/2)
 	}
-	drive(5, long) // the host reads the threads' ends once
+	var warm time.Duration
+	drive(5, long, &warm) // the host reads the threads' ends once
 	short := 0
 	shortThread := func(c, i int) string { return fmt.Sprintf("short-%d-%d-%d", short, c, i/5) }
 	b.ResetTimer()
@@ -330,11 +338,11 @@ func BenchmarkThreadLength(b *testing.B) {
 		per := max(n/clients, 1)
 		var tl, ts time.Duration
 		if k%2 == 0 {
-			tl = drive(per, long)
-			ts = drive(per, shortThread)
+			tl = drive(per, long, &cpuLong)
+			ts = drive(per, shortThread, &cpuShort)
 		} else {
-			ts = drive(per, shortThread)
-			tl = drive(per, long)
+			ts = drive(per, shortThread, &cpuShort)
+			tl = drive(per, long, &cpuLong)
 		}
 		short++
 		ratios = append(ratios, float64(ts)/float64(tl))
@@ -350,6 +358,10 @@ func BenchmarkThreadLength(b *testing.B) {
 	b.ReportMetric(float64(done)/tookLong.Seconds(), "runs/s:long")
 	b.ReportMetric(float64(done)/tookShort.Seconds(), "runs/s:short")
 	b.ReportMetric(ratios[len(ratios)/2], "ratio:long/short")
+	if cpuLong > 0 && cpuShort > 0 {
+		b.ReportMetric(float64(cpuLong.Microseconds())/1e3/float64(done), "cpu-ms/run:long")
+		b.ReportMetric(float64(cpuShort.Microseconds())/1e3/float64(done), "cpu-ms/run:short")
+	}
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "host-heap-MiB")
 }
 
