@@ -118,3 +118,42 @@ func TestMemoChains(t *testing.T) {
 		t.Fatalf("r2 after r0: chain %d, want its own ord %d", c.chain, c.ord)
 	}
 }
+
+// The memo keeps as many threads as the history cache's budget allows at
+// about twice the window each, so that a larger window does not multiply
+// the host's memory.
+func TestMemoBounded(t *testing.T) {
+	ctx := context.Background()
+	d := memdriver.New()
+	t.Cleanup(func() { d.Close(ctx) })
+	s := New(d, Options{HistoryWindow: 10, PageSize: 4, HistoryCacheMessages: 40})
+	for i := range 30 {
+		th := fmt.Sprintf("T%d", i%6)
+		adm, err := s.Admit(ctx, Submission{ThreadID: th, Content: fmt.Sprintf("q%d", i), StartAs: "h1"}, nil)
+		if err != nil || adm.Started == nil {
+			t.Fatalf("run %d: admission %+v, %v", i, adm, err)
+		}
+		if _, err := s.Prompt(ctx, *adm.Started, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: th, RunID: adm.Started.ID, Owner: "h1", Reason: record.ReasonCompleted, Answer: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		held := 0
+		s.memo.mu.Lock()
+		for _, m := range s.memo.f.m {
+			held += len(m.seqs)
+			for _, c := range m.ended {
+				held += len(c.msgs)
+			}
+		}
+		threads := len(s.memo.f.m)
+		s.memo.mu.Unlock()
+		if threads > 2 || held > 40 {
+			t.Fatalf("run %d: the memo keeps %d threads, %d messages; want at most 2 (40 / twice the window of 10), 40", i, threads, held)
+		}
+	}
+	if got := New(d, Options{}).memo.f.max; got != 250 {
+		t.Errorf("default: the memo keeps %d threads, want 250 (100,000 / 400)", got)
+	}
+}

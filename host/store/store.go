@@ -69,7 +69,9 @@ type Options struct {
 	HistoryWindow int
 	// HistoryCacheMessages bounds the messages cached of all threads'
 	// histories together. Default 100,000, and at least twice
-	// HistoryWindow.
+	// HistoryWindow. The prompt memo, which holds about twice the window
+	// of each thread it keeps, keeps as many threads as this allows (at
+	// most 256).
 	HistoryCacheMessages int
 	// OwnerLive reports whether a lease epoch other than the committer's is
 	// live. A fenced commit on a thread that such a lease owns is refused
@@ -150,11 +152,18 @@ func New(d driver.Driver, opt Options) *Store {
 	ss, _ := d.(driver.StepStore)
 	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
 		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
-		done: doneCache{f: newFIFO[doneRun](8192)}, memo: promptMemo{f: newFIFO[*threadMemo](256)}}
+		done: doneCache{f: newFIFO[doneRun](8192)}, memo: promptMemo{f: newFIFO[*threadMemo](memoThreads(opt))}}
 	if g, ok := d.(Generational); ok {
 		s.gen.Store(g.Generation())
 	}
 	return s
+}
+
+// memoThreads is how many threads the prompt memo keeps: each holds about
+// twice the window (the messages from the window's start, and the runs'
+// contributions), and all together about HistoryCacheMessages.
+func memoThreads(opt Options) int {
+	return min(256, max(1, opt.HistoryCacheMessages/(2*opt.HistoryWindow)))
 }
 
 // NewID returns prefix + "_" + a time-ordered UUID (version 7) in hex.
