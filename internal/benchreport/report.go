@@ -107,6 +107,8 @@ func sections() []section {
 		row{label: "runs/s on threads of 10,000 messages, 4 clients, badgerstore plugin", key: host + " BenchmarkThreadLength", unit: "runs/s:long",
 			peerLabel: "threads of at most 10 messages, interleaved (ratio: median of pairs)", peerKey: host + " BenchmarkThreadLength", peerUnit: "runs/s:short", ratioUnit: "ratio:long/short",
 			target: "ratio ≥ 0.9", met: func(_, r float64) bool { return r >= 0.9 }},
+		row{label: "CPU per run on those long threads, host and driver processes (ms)", key: host + " BenchmarkThreadLength", unit: "cpu-ms/run:long",
+			peerLabel: "threads of at most 10 messages", peerKey: host + " BenchmarkThreadLength", peerUnit: "cpu-ms/run:short"},
 		row{label: "host heap after the runs on long threads (MiB)", key: host + " BenchmarkThreadLength", unit: "host-heap-MiB", target: "bounded (history cache, whole runs in a window)"},
 	)
 	const dbos = "./bench/dbospeer"
