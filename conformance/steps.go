@@ -36,7 +36,7 @@ func init() {
 
 // LacksApproval says what a driver that drops the records of tool-call
 // approval (suite 1.4) lacks, and what a host does with it.
-const LacksApproval = "the driver does not keep Run.Pending, Step.Ask or Step.Answer (ask and answer steps, added with suite 1.4): " +
+const LacksApproval = "the driver does not keep Run.Pending, Run.WaitTakeovers, Step.Ask or Step.Answer (ask and answer steps, added with suite 1.4): " +
 	"rebuild it with the current sdk/storedriver and abi/record; a host on it cannot keep a run that waits for a tool call's approval"
 
 // protocolSkip begins the message of a case skipped because the driver
@@ -519,6 +519,7 @@ func testStepsApproval(c *C) {
 	answer := record.Step{ID: "ap-answer-4", RunID: r.ID, ThreadID: r.ThreadID, Seq: 4, Attempt: r.Attempt, Kind: record.StepAnswer,
 		Answer: record.Answer{CallID: "call-2", Action: record.AnswerEdit, Arguments: `{"path":"/tmp/y"}`, Key: "k-1"}, CreatedAt: storedrivertest.T0}
 	waiting.Pending = []string{"call-1"}
+	waiting.WaitTakeovers = 1 // as if taken over while it waited: the count is kept whole too
 	b = th.Batch(th.Open, []record.Run{waiting}, nil, nil)
 	b.Steps = []record.Step{answer}
 	if _, err := d.Commit(c.ctx, b); err != nil {
@@ -546,7 +547,7 @@ func (c *C) expectApproval(d driver.Driver, ss driver.StepStore, r record.Run, w
 	}
 	runs, err := d.GetRuns(c.ctx, []string{r.ID})
 	if err != nil || len(runs) != 1 || !sameRun(runs[0], r) {
-		c.Fatalf("steps.approval", "GetRuns(%s) = %+v, %v; want Pending %q (%s)", r.ID, runs, err, r.Pending, LacksApproval)
+		c.Fatalf("steps.approval", "GetRuns(%s) = %+v, %v; want Pending %q, WaitTakeovers %d (%s)", r.ID, runs, err, r.Pending, r.WaitTakeovers, LacksApproval)
 	}
 	got, err := ss.ReadSteps(c.ctx, r.ID, 0, 1000)
 	if err != nil || !sameSteps(got, want) {

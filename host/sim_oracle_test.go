@@ -322,8 +322,12 @@ func (o *oracle) batch(b driver.Batch) {
 		case r.State == record.StateActive && prev.Owner == r.Owner && prev.Attempt == r.Attempt:
 			// A wait or an answer: only its pending calls change.
 		case r.State == record.StateActive && len(prev.Pending) > 0 && slices.Equal(prev.Pending, r.Pending) && r.Attempt == prev.Attempt+1:
-			// A waiting run taken over by another process: still waiting.
+			// A waiting run taken over by another process: still waiting,
+			// and the takeover counted on the record.
 			o.takeovers[r.ID]++
+			if r.WaitTakeovers != prev.WaitTakeovers+1 {
+				o.failf("recovery: run %s taken over while waiting has %d takeovers recorded, was %d", r.ID, r.WaitTakeovers, prev.WaitTakeovers)
+			}
 		case r.State == record.StateActive:
 			o.failf("I6: run %s, already active under %s, is written active under %s", r.ID, prev.Owner, r.Owner)
 		case r.State == record.StateQueued && had && prev.State == record.StateActive:
@@ -351,8 +355,10 @@ func (o *oracle) batch(b driver.Batch) {
 		case prev.State != record.StateActive:
 			o.failf("I1: run %s went from %s to %s/%s without running", r.ID, prev.State, r.State, r.TerminalReason)
 		case strings.HasPrefix(r.Error, "abandoned after"):
-			if o.starts[r.ID]+o.takeovers[r.ID] < o.maxAttempts {
-				o.failf("recovery: run %s abandoned after %d starts, %d allowed", r.ID, o.starts[r.ID], o.maxAttempts)
+			// Takeovers while it waited executed nothing: only its starts
+			// count against its attempts.
+			if o.starts[r.ID] < o.maxAttempts {
+				o.failf("recovery: run %s abandoned after %d starts (and %d takeovers while waiting), %d allowed", r.ID, o.starts[r.ID], o.takeovers[r.ID], o.maxAttempts)
 			}
 		case r.State == record.StateCompleted:
 			completed = append(completed, r)

@@ -108,6 +108,11 @@ type Run struct {
 	TranscriptIDs []string
 	// Attempt counts executions: 1 at admission, +1 at every recovery.
 	Attempt int
+	// WaitTakeovers counts the recoveries that took the run over while it
+	// waited for answers (each moved Attempt on too, to fence out the
+	// former owner): they executed nothing. Attempt - WaitTakeovers is
+	// the executions the run has had, which the host's MaxAttempts bounds.
+	WaitTakeovers int
 	// Owner is the host epoch executing the run while it is active.
 	Owner string
 	// Error describes why a failed run failed.

@@ -165,7 +165,9 @@ type Run struct {
 	TakenBy       string   `protobuf:"bytes,17,opt,name=taken_by,json=takenBy,proto3" json:"taken_by,omitempty"`
 	TranscriptIds []string `protobuf:"bytes,18,rep,name=transcript_ids,json=transcriptIds,proto3" json:"transcript_ids,omitempty"`
 	// Tool-call approval (suite 1.4): the calls waiting for an answer.
-	Pending       []string `protobuf:"bytes,19,rep,name=pending,proto3" json:"pending,omitempty"`
+	Pending []string `protobuf:"bytes,19,rep,name=pending,proto3" json:"pending,omitempty"`
+	// Recoveries that took the run over while it waited (Run.WaitTakeovers).
+	WaitTakeovers int64 `protobuf:"varint,20,opt,name=wait_takeovers,json=waitTakeovers,proto3" json:"wait_takeovers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +333,13 @@ func (x *Run) GetPending() []string {
 		return x.Pending
 	}
 	return nil
+}
+
+func (x *Run) GetWaitTakeovers() int64 {
+	if x != nil {
+		return x.WaitTakeovers
+	}
+	return 0
 }
 
 type ToolCall struct {
@@ -3134,7 +3143,7 @@ const file_store_proto_rawDesc = "" +
 	"\x0elast_commit_id\x18\x06 \x01(\tR\flastCommitId\x129\n" +
 	"\n" +
 	"updated_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x14\n" +
-	"\x05owner\x18\b \x01(\x03R\x05owner\"\x99\x05\n" +
+	"\x05owner\x18\b \x01(\x03R\x05owner\"\xc0\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tthread_id\x18\x02 \x01(\tR\bthreadId\x12\x10\n" +
@@ -3158,7 +3167,8 @@ const file_store_proto_rawDesc = "" +
 	"\bended_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x19\n" +
 	"\btaken_by\x18\x11 \x01(\tR\atakenBy\x12%\n" +
 	"\x0etranscript_ids\x18\x12 \x03(\tR\rtranscriptIds\x12\x18\n" +
-	"\apending\x18\x13 \x03(\tR\apending\"L\n" +
+	"\apending\x18\x13 \x03(\tR\apending\x12%\n" +
+	"\x0ewait_takeovers\x18\x14 \x01(\x03R\rwaitTakeovers\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

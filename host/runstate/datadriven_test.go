@@ -411,6 +411,9 @@ func fmtRun(r record.Run) string {
 		s += "/" + string(r.TerminalReason)
 	}
 	s += fmt.Sprintf(" inputs=[%s] attempt=%d", strings.Join(r.InputMessageIDs, " "), r.Attempt)
+	if r.WaitTakeovers != 0 {
+		s += fmt.Sprintf(" takeovers=%d", r.WaitTakeovers)
+	}
 	if r.Owner != "" {
 		s += " owner=" + r.Owner
 	}

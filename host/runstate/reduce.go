@@ -597,14 +597,15 @@ func recoverRun(s Snapshot, m Recover) (Effects, error) {
 		}
 		run.Owner = m.NewOwner
 		run.Attempt++
+		run.WaitTakeovers++ // an attempt that executes nothing: MaxAttempts does not count it
 		run.StartedAt = m.Now
 		t.UpdatedAt = m.Now
 		return Effects{Thread: &t, RunRecords: []record.Run{run}, Run: &run}, nil
 	}
-	if run.Attempt >= m.MaxAttempts {
+	if executed := run.Attempt - run.WaitTakeovers; executed >= m.MaxAttempts {
 		run.State = record.StateFailed
 		run.TerminalReason = record.ReasonFailed
-		run.Error = fmt.Sprintf("abandoned after %d attempts: its host stopped each time before it ended", run.Attempt)
+		run.Error = fmt.Sprintf("abandoned after %d attempts: its host stopped each time before it ended", executed)
 		run.Pending = nil
 		run.EndSeq = t.Version
 		run.EndedAt = m.Now

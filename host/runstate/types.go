@@ -172,12 +172,16 @@ type Recover struct {
 	// anyone else is left alone (ErrNotOwner).
 	DeadOwner string
 	// MaxAttempts bounds executions: a run that has had this many fails.
+	// The executions are Attempt - WaitTakeovers: the takeovers of a
+	// waiting run are not counted, then or later.
 	MaxAttempts int
 	// NewOwner, when set, takes over a waiting run (active, with calls
 	// Pending) instead: it stays active, owned by NewOwner, with attempt+1
-	// (so its former owner's commits are refused), and MaxAttempts does
-	// not apply: a waiting run does no work its host's end could be
-	// blamed on. Without it a waiting run is queued again like any other.
+	// (so its former owner's commits are refused) and WaitTakeovers+1, and
+	// MaxAttempts does not apply: a waiting run does no work its host's
+	// end could be blamed on, and once it executes again its takeovers do
+	// not count against it either. Without it a waiting run is queued
+	// again like any other.
 	NewOwner string
 	Now      time.Time
 }

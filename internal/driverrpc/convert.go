@@ -54,7 +54,7 @@ func RunToProto(r record.Run) *storepb.Run {
 		InputMessageIds: r.InputMessageIDs, AssistantMessageId: r.AssistantMessageID, AnswerSeq: r.AnswerSeq,
 		AbsorbedIntoRunId: r.AbsorbedIntoRunID, Attempt: int64(r.Attempt), Owner: r.Owner, Error: r.Error,
 		EndSeq: r.EndSeq, CreatedAt: tsToProto(r.CreatedAt), StartedAt: tsToProto(r.StartedAt), EndedAt: tsToProto(r.EndedAt),
-		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs, Pending: r.Pending,
+		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs, Pending: r.Pending, WaitTakeovers: int64(r.WaitTakeovers),
 	}
 }
 
@@ -68,7 +68,7 @@ func RunFromProto(p *storepb.Run) record.Run {
 		InputMessageIDs: p.InputMessageIds, AssistantMessageID: p.AssistantMessageId, AnswerSeq: p.AnswerSeq,
 		AbsorbedIntoRunID: p.AbsorbedIntoRunId, Attempt: int(p.Attempt), Owner: p.Owner, Error: p.Error,
 		EndSeq: p.EndSeq, CreatedAt: tsFromProto(p.CreatedAt), StartedAt: tsFromProto(p.StartedAt), EndedAt: tsFromProto(p.EndedAt),
-		TakenBy: p.TakenBy, TranscriptIDs: p.TranscriptIds, Pending: p.Pending,
+		TakenBy: p.TakenBy, TranscriptIDs: p.TranscriptIds, Pending: p.Pending, WaitTakeovers: int(p.WaitTakeovers),
 	}
 }
 
