@@ -720,10 +720,13 @@ func TestApprovalCallIDUsedAgainWaitsForItsOwnApproval(t *testing.T) {
 	if res := e.answer(run, "c1", approve("k2")); res.Duplicate || !res.Resumed {
 		t.Fatalf("second approval: %+v", res)
 	}
-	// The run ends (a transcript with an id twice is refused at its
-	// terminal commit: that rule is the reducer's); both calls were made.
-	e.result(run)
+	// The run completes (ids are unique per model step, ADR 0149); both
+	// calls were made, and the history holds each with its result.
+	if out := e.result(run); out.State != record.StateCompleted || answer(out) != "done" {
+		t.Fatalf("result %s %q (%s)", out.State, answer(out), out.Error)
+	}
 	if got := e.tools["ask_x"].calls(); len(got) != 2 || !strings.HasSuffix(got[1], `{"step":1}`) {
 		t.Fatalf("calls %v", got)
 	}
+	checkTwoCallsC1(t, e)
 }

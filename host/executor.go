@@ -237,6 +237,12 @@ func (rt *Runtime) execute(ex *runExec) {
 			return
 		}
 		ex.steps.Store(int32(step + 1))
+		if id, dup := repeatedCallID(resp.ToolCalls); dup {
+			// Ids are unique within a model step: a result could not be
+			// told to answer one call of the two rather than the other.
+			e.fail(fmt.Errorf("model step %d asked for two tool calls with the id %q", step, id))
+			return
+		}
 		final := len(resp.ToolCalls) == 0
 		id := e.run.AssistantMessageID
 		if !final {
@@ -268,6 +274,16 @@ func (rt *Runtime) execute(ex *runExec) {
 			return
 		}
 	}
+}
+
+// repeatedCallID reports an id two of calls (one model step's) share.
+func repeatedCallID(calls []record.ToolCall) (string, bool) {
+	for i, c := range calls {
+		if slices.ContainsFunc(calls[:i], func(p record.ToolCall) bool { return p.ID == c.ID }) {
+			return c.ID, true
+		}
+	}
+	return "", false
 }
 
 // The outcomes of callTools.

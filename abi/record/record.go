@@ -207,7 +207,8 @@ func (k StepKind) Valid() bool {
 
 // Ask is a tool call waiting for approval, as the tool policy asked for it.
 type Ask struct {
-	// CallID is the model's id of the call, unique in its run.
+	// CallID is the model's id of the call, unique in its model step (a
+	// model may use an id again in a later step, which is asked about anew).
 	CallID string
 	// Tool and Server name the tool (Server: the MCP server providing it,
 	// empty for a tool of the host's own); Arguments is the JSON text the

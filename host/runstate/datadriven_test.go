@@ -252,8 +252,12 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 				f := strings.Split(v, ":")
 				id := fmt.Sprintf("%s-step%d", c.RunID, i+1)
 				switch f[0] {
-				case "call":
-					c.Steps = append(c.Steps, record.Message{ID: id, Role: record.RoleAssistant, ToolCalls: []record.ToolCall{{ID: f[1], Name: f[2]}}})
+				case "call": // call:c1+c2:search asks for two calls in one message
+					var calls []record.ToolCall
+					for _, cid := range strings.Split(f[1], "+") {
+						calls = append(calls, record.ToolCall{ID: cid, Name: f[2]})
+					}
+					c.Steps = append(c.Steps, record.Message{ID: id, Role: record.RoleAssistant, ToolCalls: calls})
 				case "result":
 					c.Steps = append(c.Steps, record.Message{ID: id, Role: record.RoleTool, ToolCallID: f[1], Content: "ok"})
 				default:

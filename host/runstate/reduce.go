@@ -532,11 +532,15 @@ func cloneMessage(m record.Message) record.Message {
 
 // checkSteps checks that a completed run's step messages form a valid
 // transcript: every tool call is answered by exactly one tool message, after
-// it, and every tool message answers a call.
+// it, and every tool message answers a call. A call id is unique within its
+// model step (one assistant message), not within the run: a model may use
+// an id again in a later step once the earlier call with it has its
+// result, and a tool message answers the open call with its id. An id
+// twice in one message, or asked for again while a call with it is
+// unanswered, would leave a result without a call it surely answers.
 func checkSteps(steps []record.Message) error {
 	ids := map[string]bool{}
-	calls := map[string]bool{} // every tool call id seen
-	open := map[string]bool{}  // tool calls not yet answered
+	open := map[string]bool{} // tool calls not yet answered
 	for _, st := range steps {
 		if err := checkID("step message id", st.ID); err != nil {
 			return err
@@ -547,14 +551,15 @@ func checkSteps(steps []record.Message) error {
 		ids[st.ID] = true
 		switch st.Role {
 		case record.RoleAssistant:
-			for _, c := range st.ToolCalls {
-				if c.ID == "" || c.Name == "" {
+			for k, c := range st.ToolCalls {
+				switch {
+				case c.ID == "" || c.Name == "":
 					return fmt.Errorf("%w: tool call in message %s lacks an id or a name", ErrInvalid, st.ID)
+				case slices.ContainsFunc(st.ToolCalls[:k], func(p record.ToolCall) bool { return p.ID == c.ID }):
+					return fmt.Errorf("%w: tool call %s appears twice in message %s", ErrInvalid, c.ID, st.ID)
+				case open[c.ID]:
+					return fmt.Errorf("%w: tool call %s of message %s is asked for again before the earlier call with its id has a result", ErrInvalid, c.ID, st.ID)
 				}
-				if calls[c.ID] {
-					return fmt.Errorf("%w: tool call %s appears twice", ErrInvalid, c.ID)
-				}
-				calls[c.ID] = true
 				open[c.ID] = true
 			}
 		case record.RoleTool:
