@@ -416,11 +416,28 @@ func (e *execution) wait(asks []record.Step) callsOutcome {
 		asks[i].Seq, asks[i].Attempt = e.nextSeq+int64(i), e.run.Attempt
 	}
 	backoff := 50 * time.Millisecond
+	unsure := false // an earlier try's outcome is unknown: it may have landed
 	for {
 		if e.ex.ctx.Err() != nil {
 			return callsRefused
 		}
-		run, err := rt.st.Wait(context.WithoutCancel(e.ex.ctx), e.run, asks)
+		var run record.Run
+		var err error
+		if unsure {
+			// Read the asks back before trying again: the wait may have
+			// landed, and an answer after it (any host may commit one)
+			// changed Pending, so that the same wait again would be
+			// refused as another, and the run failed for it.
+			run, err = e.waitLanded(asks)
+			if errors.Is(err, errNotLanded) {
+				run, err = rt.st.Wait(context.WithoutCancel(e.ex.ctx), e.run, asks)
+			}
+		} else {
+			run, err = rt.st.Wait(context.WithoutCancel(e.ex.ctx), e.run, asks)
+		}
+		if err != nil && transient(err) {
+			unsure = true
+		}
 		switch {
 		case err == nil:
 			e.nextSeq += int64(len(asks))
@@ -434,6 +451,14 @@ func (e *execution) wait(asks []record.Step) callsOutcome {
 			rt.stats.waiting.Add(1)
 			rt.emit(e.run.ID, e.run.ThreadID, EventWaiting, map[string]string{"call_ids": strings.Join(ids, ","), "step": itoa(asks[0].Model)})
 			rt.log.Info("run waits for approval", "run", e.run.ID, "calls", ids)
+			if !Waiting(run) {
+				// Its reply was lost, and answers since decided every
+				// call: the run is executed again once this execution
+				// ends (this worker holds the thread; the kick, like the
+				// answer's own, takes it again after).
+				rt.coord.kick(e.run.ThreadID)
+				return callsWaiting
+			}
 			rt.armWaiting(e.ex.ctx, run, asks)
 			return callsWaiting
 		case errors.Is(err, driver.ErrFenced), errors.Is(err, runstate.ErrNotActive), errors.Is(err, runstate.ErrNotOwner),
@@ -452,6 +477,32 @@ func (e *execution) wait(asks []record.Step) callsOutcome {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// errNotLanded: a wait of unknown outcome is not in the run's log.
+var errNotLanded = errors.New("the wait did not land")
+
+// waitLanded settles a wait whose outcome was unknown by reading the run's
+// log at the asks' Seq: landed, it returns the run as it is now (answers
+// may have followed); not landed, errNotLanded; a read that fails, its
+// error (the caller retries).
+func (e *execution) waitLanded(asks []record.Step) (record.Run, error) {
+	ctx := context.WithoutCancel(e.ex.ctx)
+	applied, err := e.rt.st.StepsApplied(ctx, e.run.ID, asks)
+	switch {
+	case err != nil:
+		return record.Run{}, fmt.Errorf("%w: reading back the run's wait: %w", store.ErrOutcomeUnknown, err)
+	case !applied:
+		return record.Run{}, errNotLanded
+	}
+	run, err := e.rt.st.GetRun(ctx, e.run.ID)
+	switch {
+	case err != nil:
+		return record.Run{}, fmt.Errorf("%w: reading back the run's wait: %w", store.ErrOutcomeUnknown, err)
+	case run.State != record.StateActive || run.Owner != e.run.Owner || run.Attempt != e.run.Attempt:
+		return record.Run{}, fmt.Errorf("%w: run %s is %s, attempt %d of %q, since its wait", runstate.ErrNotActive, run.ID, run.State, run.Attempt, run.Owner)
+	}
+	return run, nil
 }
 
 // waitAgain ends an execution that found an asked call not decided yet

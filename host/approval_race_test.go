@@ -1,0 +1,144 @@
+package host_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// stepLeaser is a driver with step records and leases, as a host with a
+// tool policy over a shared store needs.
+type stepLeaser interface {
+	driver.Driver
+	driver.Leaser
+	driver.StepStore
+}
+
+// hookDriver lets a test step into the commits of waiting runs: it runs a
+// hook around the commit of a wait (then loses its reply) or of a not-run
+// result, holds or refuses the takeover of a waiting run, and drops the
+// notices it is asked to send.
+type hookDriver struct {
+	stepLeaser
+	// onWait, once set, runs after the first wait (a batch of ask steps)
+	// landed; the committer is then told the store is unavailable.
+	onWait func(b driver.Batch)
+	// onNotRun, once set, runs before the first not-run result of an
+	// interrupted waiting run is committed.
+	onNotRun func(b driver.StepBatch)
+	// holdTakeover, when set, holds each takeover of a waiting run until
+	// it is closed; refuseTakeover refuses them.
+	holdTakeover   chan struct{}
+	holdHit        atomic.Int64
+	refuseTakeover atomic.Bool
+	refused        atomic.Int64
+	// dropNotices: notices are not sent (dropped counts them).
+	dropNotices atomic.Bool
+	dropped     atomic.Int64
+	mu          sync.Mutex
+}
+
+func (d *hookDriver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	if takeover := slices.ContainsFunc(b.Runs, func(r record.Run) bool { return r.WaitTakeovers > 0 && len(r.Pending) > 0 }); takeover {
+		d.mu.Lock()
+		hold := d.holdTakeover
+		d.mu.Unlock()
+		switch {
+		case d.refuseTakeover.Load():
+			d.refused.Add(1)
+			return 0, errInjected
+		case hold != nil:
+			d.holdHit.Add(1)
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	v, err := d.stepLeaser.Commit(ctx, b)
+	if err == nil && len(b.Steps) > 0 && b.Steps[0].Kind == record.StepAsk {
+		d.mu.Lock()
+		hook := d.onWait
+		d.onWait = nil
+		d.mu.Unlock()
+		if hook != nil {
+			hook(b)
+			return 0, errInjected
+		}
+	}
+	return v, err
+}
+
+func (d *hookDriver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	if len(b.Steps) > 0 && b.Steps[0].Kind == record.StepTool && strings.Contains(b.Steps[0].Message.Content, "interrupted while the call waited") {
+		d.mu.Lock()
+		hook := d.onNotRun
+		d.onNotRun = nil
+		d.mu.Unlock()
+		if hook != nil {
+			hook(b)
+		}
+	}
+	return d.stepLeaser.CommitSteps(ctx, b)
+}
+
+func (d *hookDriver) Notify(ctx context.Context, n driver.Notice) error {
+	if d.dropNotices.Load() {
+		d.dropped.Add(1)
+		return nil
+	}
+	return d.stepLeaser.Notify(ctx, n)
+}
+
+// A wait whose reply is lost is tried again; an answer that landed in
+// between changed the run's Pending. The retry must find its wait landed
+// (by its ask steps) rather than commit it again: committed again, it is
+// refused as another wait, and the run failed for it.
+func TestApprovalWaitLostReplyAnsweredBetween(t *testing.T) {
+	d := &hookDriver{stepLeaser: memdriver.New()}
+	var e *approvalEnv
+	answered := make(chan error, 1)
+	d.onWait = func(b driver.Batch) {
+		_, err := e.rt.Answer(context.Background(), b.Steps[0].RunID, "c0", approve("k0"))
+		answered <- err
+	}
+	e = newApprovalEnv(t, d, []string{"ask_a", "ask_b"}, nil)
+	run := e.submit("T", "go", "")
+	if err := <-answered; err != nil {
+		t.Fatalf("the answer between the wait and its retry: %v", err)
+	}
+	e.waiting(run, "c1")
+	e.answer(run, "c1", approve("k1"))
+	out := e.result(run)
+	if out.State != record.StateCompleted || !strings.Contains(answer(out), "result:c0=ask_a-ok") || !strings.Contains(answer(out), "result:c1=ask_b-ok") {
+		t.Fatalf("result %s %q (%s)", out.State, answer(out), out.Error)
+	}
+}
+
+// The same, with the answer deciding the last call: the run resumes.
+func TestApprovalWaitLostReplyAllAnsweredBetween(t *testing.T) {
+	d := &hookDriver{stepLeaser: memdriver.New()}
+	var e *approvalEnv
+	d.onWait = func(b driver.Batch) {
+		if _, err := e.rt.Answer(context.Background(), b.Steps[0].RunID, "c0", approve("k0")); err != nil {
+			t.Errorf("the answer between the wait and its retry: %v", err)
+		}
+	}
+	e = newApprovalEnv(t, d, []string{"ask_a"}, nil)
+	run := e.submit("T", "go", "")
+	out := e.result(run)
+	if out.State != record.StateCompleted || !strings.Contains(answer(out), "result:c0=ask_a-ok") {
+		t.Fatalf("result %s %q (%s)", out.State, answer(out), out.Error)
+	}
+	if got := e.tools["ask_a"].calls(); len(got) != 1 {
+		t.Fatalf("calls %v", got)
+	}
+}
