@@ -7,9 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -141,4 +144,35 @@ func TestApprovalWaitLostReplyAllAnsweredBetween(t *testing.T) {
 	if got := e.tools["ask_a"].calls(); len(got) != 1 {
 		t.Fatalf("calls %v", got)
 	}
+}
+
+// The time limit of an asked call runs from its wait, not from the start
+// of its model step: the step's allowed calls, made first, may be slow.
+func TestApprovalDeadlineFromTheWait(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	slow := clockTool{name: "slow", clock: &clock, by: time.Hour}
+	e := newApprovalEnv(t, memdriver.New(), []string{"ask_x"}, func(c *host.Config) {
+		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		c.Tools = append(c.Tools, slow)
+		c.Model = &askModel{calls: []string{"ask_x", "slow"}}
+	})
+	run := e.submit("T", "go", "")
+	pend := e.waiting(run, "c0")
+	if want := time.Unix(0, clock.Load()).Add(host.DefaultApprovalTimeout); !pend[0].Deadline.Equal(want) {
+		t.Fatalf("deadline %s, want %s: the approval time limit from the wait", pend[0].Deadline, want)
+	}
+}
+
+// clockTool moves a test clock on by its duration when called.
+type clockTool struct {
+	name  string
+	clock *atomic.Int64
+	by    time.Duration
+}
+
+func (c clockTool) Spec() model.ToolSpec { return model.ToolSpec{Name: c.name} }
+func (c clockTool) Call(context.Context, string) (string, error) {
+	c.clock.Add(int64(c.by))
+	return c.name + "-ok", nil
 }

@@ -304,7 +304,6 @@ const (
 // Once the others are done, the calls set aside make the run wait.
 func (e *execution) callTools(tools map[string]model.Tool, step int, call *record.Message, answered map[string]bool) callsOutcome {
 	var asks []record.Step
-	deadline := e.rt.cfg.Now().Add(e.rt.cfg.ApprovalTimeout)
 	e.stepAsks(step)
 	for i, c := range call.ToolCalls {
 		if answered[c.ID] {
@@ -337,7 +336,7 @@ func (e *execution) callTools(tools map[string]model.Tool, step int, call *recor
 			case toolpolicy.Ask:
 				asks = append(asks, record.Step{Kind: record.StepAsk, Model: step, Ask: record.Ask{
 					CallID: c.ID, Tool: c.Name, Server: toolServer(tools, c.Name), Arguments: c.Arguments,
-					Prompt: d.Prompt, Approvals: max(d.Approvals, 1), Deadline: deadline}})
+					Prompt: d.Prompt, Approvals: max(d.Approvals, 1)}}) // its deadline is set as it is committed (wait)
 				continue
 			}
 		}
@@ -411,9 +410,13 @@ func (e *execution) wait(asks []record.Step) callsOutcome {
 		e.interruptCalls(asks[0].Model, ids)
 		return callsWaiting
 	}
+	// The time limit runs from the wait, not from the model step: the
+	// step's other calls, made first, may have taken long.
+	deadline := rt.cfg.Now().Add(rt.cfg.ApprovalTimeout)
 	for i := range asks {
 		asks[i].ID, asks[i].RunID, asks[i].ThreadID = rt.cfg.NewID("step"), e.run.ID, e.run.ThreadID
 		asks[i].Seq, asks[i].Attempt = e.nextSeq+int64(i), e.run.Attempt
+		asks[i].Ask.Deadline = deadline
 	}
 	backoff := 50 * time.Millisecond
 	unsure := false // an earlier try's outcome is unknown: it may have landed
