@@ -384,8 +384,10 @@ func (w *waitTimers) untrack(runID string) {
 // last call was answered, but that no worker executes: the notice that
 // should have brought them back was lost (it is sent once, and not
 // acknowledged). A run that still waits stays tracked; one that ended, or
-// that another host owns now, is forgotten.
+// that another host owns now, is forgotten. It settles the interrupts this
+// host remembers too (sweepInterrupts).
 func (rt *Runtime) kickStranded(ctx context.Context) {
+	rt.sweepInterrupts(ctx)
 	for runID, threadID := range rt.waits.tracked() {
 		if rt.coord.executing(threadID) != nil {
 			continue // a worker has the thread: it executes the run, or will look again
@@ -403,6 +405,45 @@ func (rt *Runtime) kickStranded(ctx context.Context) {
 			rt.waits.untrack(runID)
 			rt.log.Info("a run whose calls were answered was not executed again; executing it", "run", runID)
 			rt.coord.kick(threadID)
+		}
+	}
+}
+
+// passOnInterrupt forgets the interrupt remembered for the thread's run
+// runID, which lease o owns, and tells o to stop it when o is another live
+// host (as of the poll's last refresh). An interrupt of a run whose owner
+// is dead stays: this host may recover the run, and if another does, a
+// later pass finds it live.
+func (rt *Runtime) passOnInterrupt(thread, runID string, o int64) {
+	if o == 0 || o == rt.lease.epoch.Load() || !rt.lease.isLive(o) {
+		return
+	}
+	if rt.coord.takeStopWaiting(thread, runID) {
+		rt.notify(driver.Notice{ThreadID: thread, Owner: o, InterruptRunID: runID})
+	}
+}
+
+// sweepInterrupts settles the interrupts this host remembers for runs it
+// does not execute (coordinator.stopWaiting): one of a run that ended is
+// forgotten, one of a run another live host took is passed on to it, one
+// of a run this host owns has its thread kicked (a worker stops the run).
+func (rt *Runtime) sweepInterrupts(ctx context.Context) {
+	for thread, runID := range rt.coord.stopsWaiting() {
+		if rt.coord.executing(thread) != nil {
+			continue // its worker takes it as it ends
+		}
+		run, err := rt.st.GetRun(ctx, runID)
+		switch {
+		case errors.Is(err, driver.ErrNotFound):
+			rt.coord.takeStopWaiting(thread, runID)
+		case err != nil:
+			// the next poll looks again
+		case run.State != record.StateActive && run.State != record.StateQueued:
+			rt.coord.takeStopWaiting(thread, runID)
+		case run.State == record.StateActive && run.Owner == rt.lease.owner():
+			rt.coord.kick(thread)
+		case run.State == record.StateActive:
+			rt.passOnInterrupt(thread, runID, leaseEpoch(run.Owner))
 		}
 	}
 }

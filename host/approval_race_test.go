@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -175,4 +176,139 @@ func (c clockTool) Spec() model.ToolSpec { return model.ToolSpec{Name: c.name} }
 func (c clockTool) Call(context.Context, string) (string, error) {
 	c.clock.Add(int64(c.by))
 	return c.name + "-ok", nil
+}
+
+// An interrupt of a waiting run whose not-run result meets an answer (any
+// host may commit one; it takes the result's Seq) is not lost: the
+// interrupt is tried again against the run as it is now, and the run ends
+// interrupted without the approved call made.
+func TestApprovalInterruptRacingAnAnswer(t *testing.T) {
+	d := &hookDriver{stepLeaser: memdriver.New()}
+	e := newApprovalEnv(t, d, []string{"ask_x", "ask_y"}, nil)
+	run := e.submit("T", "first", "")
+	e.waiting(run, "c0", "c1")
+	var raced atomic.Bool
+	d.onNotRun = func(driver.StepBatch) {
+		if _, err := e.rt.Answer(context.Background(), run, "c0", approve("k")); err != nil {
+			t.Errorf("the answer racing the interrupt: %v", err)
+		}
+		raced.Store(true)
+	}
+	next := e.submit("T", "stop that", "interrupt")
+	out := e.result(run)
+	if !raced.Load() {
+		t.Fatal("the interrupt committed no not-run result: the test proves nothing")
+	}
+	if out.State != record.StateInterrupted {
+		t.Fatalf("the interrupted run ended %s %q", out.State, answer(out))
+	}
+	if got := e.tools["ask_x"].calls(); len(got) != 0 {
+		t.Fatalf("the approved call of the interrupted run was made: %v", got)
+	}
+	steps, err := e.rt.Steps(context.Background(), run, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notRun []string
+	for _, st := range steps {
+		if st.Kind == record.StepTool && strings.Contains(st.Message.Content, "not run") {
+			notRun = append(notRun, st.Message.ToolCallID)
+		}
+	}
+	if !slices.Equal(notRun, []string{"c0", "c1"}) {
+		t.Fatalf("not-run results for %v, want c0 and c1", notRun)
+	}
+	e.waiting(next, "c0", "c1") // the thread goes on
+}
+
+// rendezvousHome is the lease epoch, of epochs, a thread belongs with (ADR
+// 0143): the host's own rendezvous hashing, as the tests' oracle.
+func rendezvousHome(threadID string, epochs ...int64) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(threadID))
+	t := h.Sum64()
+	score := func(e int64) uint64 {
+		z := t ^ (uint64(e) * 0x9e3779b97f4a7c15)
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+		return z ^ (z >> 31)
+	}
+	best := epochs[0]
+	for _, e := range epochs[1:] {
+		if sc, bs := score(e), score(best); sc > bs || (sc == bs && e > best) {
+			best = e
+		}
+	}
+	return best
+}
+
+// An interrupt admitted while the waiting run's host is gone and nobody
+// has taken it over yet goes, in the notice to the thread's home, to the
+// host that takes the run over: the home remembers it while the run is
+// still the dead host's, and stops the run once it has it, or, when
+// another host took it over, passes the interrupt on to that host (and
+// forgets it).
+func TestApprovalSharedInterruptToTheHome(t *testing.T) {
+	for _, byHome := range []bool{true, false} {
+		name := "taken over by the home"
+		if !byHome {
+			name = "taken over by another host"
+		}
+		t.Run(name, func(t *testing.T) { testInterruptToTheHome(t, byHome) })
+	}
+}
+
+func testInterruptToTheHome(t *testing.T, byHome bool) {
+	mem := memdriver.NewShared(nil)
+	shared := func(name string) func(*host.Config) {
+		return func(c *host.Config) { c.LeaseTTL, c.PollInterval, c.HostName = longLease, 30*time.Millisecond, name }
+	}
+	x := newApprovalEnv(t, mem, []string{"ask_x"}, shared("X"))
+	run := x.submit("T", "first", "")
+	x.waiting(run, "c0")
+	da, db := &hookDriver{stepLeaser: mem}, &hookDriver{stepLeaser: mem}
+	a := newApprovalEnv(t, da, []string{"ask_x"}, shared("A"))
+	b := newApprovalEnv(t, db, []string{"ask_x"}, shared("B"))
+	home, other, dh, do := a, b, da, db
+	if rendezvousHome("T", a.rt.LeaseEpoch(), b.rt.LeaseEpoch()) == b.rt.LeaseEpoch() {
+		home, other, dh, do = b, a, db, da
+	}
+	// One host's takeover waits for the test; the other's is refused.
+	taker, dTaker, dRefuser := home, dh, do
+	if !byHome {
+		taker, dTaker, dRefuser = other, do, dh
+	}
+	hold := make(chan struct{})
+	dTaker.mu.Lock()
+	dTaker.holdTakeover = hold
+	dTaker.mu.Unlock()
+	dRefuser.refuseTakeover.Store(true)
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	if _, err := x.rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Both have found X gone: the home at once, the other two polls later.
+	eventually(t, "the taker tries to take the waiting run over", func() bool { return dTaker.holdHit.Load() > 0 })
+	eventually(t, "the other host tries too", func() bool { return dRefuser.refused.Load() > 0 })
+	received := home.rt.Stats().NoticesReceived
+	next := other.submit("T", "stop that", "interrupt")
+	eventually(t, "the home hears of the interrupt", func() bool { return home.rt.Stats().NoticesReceived > received })
+	if r, err := home.rt.Run(context.Background(), run); err != nil || !host.Waiting(r) {
+		t.Fatalf("the run before the takeover: %+v %v", r, err)
+	}
+	released = true
+	close(hold)
+	out := taker.result(run)
+	if out.State != record.StateInterrupted {
+		t.Fatalf("the waiting run ended %s %q", out.State, answer(out))
+	}
+	if r, _ := taker.rt.Run(context.Background(), run); r.Owner != taker.rt.Epoch() || r.WaitTakeovers != 1 {
+		t.Fatalf("the run %+v: want taken over once, by %s", r, taker.rt.Epoch())
+	}
+	taker.waiting(next, "c0")
 }

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -246,6 +247,32 @@ func (c *coordinator) interrupt(thread, runID string) {
 	}
 }
 
+// rearmInterrupt has the thread's run runID, whose interruption this
+// worker could not finish (its log moved), interrupted again when the
+// worker lets go of the thread (see startAndExecute).
+func (c *coordinator) rearmInterrupt(thread, runID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopWaiting[thread] = runID
+}
+
+// dropStopWaiting forgets the thread's interrupt unless it is of run keep:
+// the run it names ended, or is another host's to stop.
+func (c *coordinator) dropStopWaiting(thread, keep string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.stopWaiting[thread]; ok && r != keep {
+		delete(c.stopWaiting, thread)
+	}
+}
+
+// stopsWaiting lists the interrupts remembered, thread → run.
+func (c *coordinator) stopsWaiting() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.stopWaiting)
+}
+
 // takeStopWaiting reports whether the thread's waiting run runID is to be
 // interrupted, and forgets it.
 func (c *coordinator) takeStopWaiting(thread, runID string) bool {
@@ -304,6 +331,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	owner := rt.lease.owner()
 	run, handed := rt.coord.takeStarted(thread)
 	adopted := false
+	stop := false // an interrupt of the run was remembered (coordinator.stopWaiting)
 	var err error
 	if !handed {
 		run, err = rt.st.Start(ctx, thread, owner)
@@ -311,6 +339,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	var fe *store.FencedError
 	switch {
 	case errors.Is(err, runstate.ErrNothingQueued):
+		rt.coord.dropStopWaiting(thread, "") // the run it named ended
 		return false
 	case errors.As(err, &fe):
 		rt.fencedStart(thread, fe)
@@ -332,16 +361,26 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 			}
 			return false
 		}
-		if len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive || snap.Runs[0].Owner != owner {
+		if len(snap.Runs) == 0 || snap.Runs[0].State != record.StateActive {
+			rt.coord.dropStopWaiting(thread, "") // the run it named ended
+			return false
+		}
+		if head := snap.Runs[0]; head.Owner != owner {
+			// Another host's run. An interrupt remembered for it stays:
+			// its owner may be dead, and the run recovered here; the poll
+			// passes it on to a live host that has the run
+			// (sweepInterrupts).
+			rt.coord.dropStopWaiting(thread, head.ID)
 			return false
 		}
 		run, adopted = snap.Runs[0], true
+		stop = rt.coord.takeStopWaiting(thread, run.ID)
 		switch {
-		case Waiting(run) && !rt.coord.takeStopWaiting(thread, run.ID):
+		case Waiting(run) && !stop:
 			rt.armWaiting(ctx, run, nil)
 			return false
-		case Waiting(run):
-			rt.log.Info("interrupting a waiting run", "run", run.ID, "thread", thread)
+		case stop:
+			rt.log.Info("interrupting the thread's active run, which this host owns", "run", run.ID, "thread", thread, "waiting", Waiting(run))
 		default:
 			rt.log.Info("executing the thread's active run, which this host owns", "run", run.ID, "thread", thread, "attempt", run.Attempt)
 		}
@@ -352,6 +391,13 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		}
 		return false
 	}
+	if !adopted {
+		// A run an interrupt named before it was queued again and
+		// started here is stopped all the same; one naming another run
+		// is of a run that ended.
+		stop = rt.coord.takeStopWaiting(thread, run.ID)
+	}
+	rt.coord.dropStopWaiting(thread, run.ID)
 	if rt.reg != nil {
 		rt.reg.forget(thread, run.ID) // it answers its own inputs now
 	}
@@ -362,7 +408,7 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 		defer o.RunEnded(base, run)
 	}
 	rt.coord.begin(ex, base, run)
-	if Waiting(run) {
+	if stop {
 		ex.interrupt(run.ID) // taken above: it is to stop
 	}
 	// A run this worker's commit (or its admission's) just made active
@@ -373,8 +419,17 @@ func (rt *Runtime) startAndExecute(thread string, ex *runExec) bool {
 	rt.execute(ex)
 	rt.coord.dropStarted(thread, run.ID) // adopted before its admission handed it over
 	if rt.coord.takeStopWaiting(thread, run.ID) {
-		// Interrupted as it went waiting: a worker ends it now.
-		if cur, err := rt.st.GetRun(ctx, run.ID); err == nil && Waiting(cur) {
+		// Interrupted as it went waiting, or its interruption met an
+		// answer that moved its log (interruptCalls): a worker ends it
+		// now, from its log as it is.
+		cur, err := rt.st.GetRun(ctx, run.ID)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// Not known whether it still is to stop: keep the interrupt,
+			// and look again shortly.
+			rt.coord.rearmInterrupt(thread, run.ID)
+			time.AfterFunc(time.Second, func() { rt.coord.kick(thread) })
+		case err == nil && cur.State == record.StateActive && cur.Owner == owner:
 			rt.coord.interrupt(thread, run.ID)
 			return true
 		}

@@ -179,10 +179,17 @@ func (rt *Runtime) execute(ex *runExec) {
 		// A waiting run (this host took it over, or was told to interrupt
 		// it): it stays waiting unless it is to stop.
 		if ex.interrupted() {
-			e.interruptWaiting(e.run.Pending)
+			e.interruptWaiting()
 			return
 		}
 		rt.armWaiting(ex.ctx, e.run, nil)
+		return
+	}
+	if c := e.resume.call; c != nil && ex.interrupted() && e.asked(c) {
+		// Interrupted as its last call was answered (an interrupt of the
+		// waiting run whose first try met the answer): the calls without a
+		// result are not run.
+		e.interruptWaiting()
 		return
 	}
 	if c := e.resume.call; c != nil {
@@ -522,18 +529,36 @@ func (e *execution) waitAgain() callsOutcome {
 const notRunResult = "The call was not run: the run was interrupted while the call waited for approval."
 
 // interruptWaiting ends a waiting run that a newer input interrupts: each
-// pending call gets a result saying it was not run, then the run ends
-// interrupted.
-func (e *execution) interruptWaiting(pending []string) {
-	e.interruptCalls(max(e.resume.step-1, 0), pending)
+// call of its last model step without a result (those pending, and those
+// answered but not made yet) gets a result saying it was not run, then the
+// run ends interrupted.
+func (e *execution) interruptWaiting() {
+	ids := e.run.Pending
+	if c := e.resume.call; c != nil {
+		ids = nil
+		for _, tc := range c.ToolCalls {
+			if !e.resume.answered[tc.ID] {
+				ids = append(ids, tc.ID)
+			}
+		}
+	}
+	e.interruptCalls(max(e.resume.step-1, 0), ids)
 }
 
 // interruptCalls commits a not-run result for each of the calls, then the
-// interrupted terminal record.
+// interrupted terminal record. A result refused (an answer any host may
+// commit took its Seq; the step commits are not versioned with the
+// thread) re-arms the interrupt: the worker executes the run again from
+// its log as it is now, and stops it there.
 func (e *execution) interruptCalls(step int, calls []string) {
 	for _, id := range calls {
 		m := record.Message{ID: e.rt.cfg.NewID("msg"), ThreadID: e.run.ThreadID, RunID: e.run.ID, Role: record.RoleTool, ToolCallID: id, Content: notRunResult}
 		if !e.commitStep(step, record.StepTool, &m) {
+			if e.ex.ctx.Err() == nil && !e.ex.canceled() {
+				e.rt.log.Info("interrupting a waiting run: a result was refused; interrupting it again from its steps", "run", e.run.ID)
+				e.rt.coord.rearmInterrupt(e.run.ThreadID, e.run.ID)
+				return
+			}
 			e.stopped()
 			return
 		}
