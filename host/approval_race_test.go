@@ -312,3 +312,47 @@ func testInterruptToTheHome(t *testing.T, byHome bool) {
 	}
 	taker.waiting(next, "c0")
 }
+
+// The notice that has an answered run executed again is sent once and not
+// acknowledged: lost, the owner's poll finds the run, answered and not
+// executing, and executes it (kickStranded).
+func TestApprovalSharedLostResumeNotice(t *testing.T) {
+	for _, name := range sortedKeys(sharedStores) {
+		t.Run(name, func(t *testing.T) {
+			d1, d2 := sharedStores[name](t)
+			s1, ok1 := d1.(stepLeaser)
+			s2, ok2 := d2.(stepLeaser)
+			if !ok1 || !ok2 {
+				t.Fatalf("%s keeps no steps", name)
+			}
+			da, db := &hookDriver{stepLeaser: s1}, &hookDriver{stepLeaser: s2}
+			shared := func(name string) func(*host.Config) {
+				return func(c *host.Config) { c.LeaseTTL, c.PollInterval, c.HostName = longLease, 30*time.Millisecond, name }
+			}
+			a := newApprovalEnv(t, da, []string{"ask_x"}, shared("A"))
+			b := newApprovalEnv(t, db, []string{"ask_x"}, shared("B"))
+			run := a.submit("T", "one", "")
+			a.waiting(run, "c0")
+			r, err := a.rt.Run(context.Background(), run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			own, other, dother := a, b, db
+			if r.Owner == b.rt.Epoch() {
+				own, other, dother = b, a, da
+			}
+			dother.dropNotices.Store(true)
+			received := own.rt.Stats().NoticesReceived
+			if res := other.answer(run, "c0", approve("k")); !res.Resumed {
+				t.Fatalf("answer: %+v", res)
+			}
+			out := own.result(run)
+			if out.State != record.StateCompleted || !strings.Contains(answer(out), "result:c0=ask_x-ok") {
+				t.Fatalf("result %s %q (%s)", out.State, answer(out), out.Error)
+			}
+			if dother.dropped.Load() == 0 || own.rt.Stats().NoticesReceived != received {
+				t.Fatalf("the notice was not lost (dropped %d): the test proves nothing", dother.dropped.Load())
+			}
+		})
+	}
+}
