@@ -122,10 +122,13 @@ func (a Approval) answerRecord(callID string) (record.Answer, error) {
 	return out, nil
 }
 
-// canonicalObject checks that s is one JSON object and returns it
-// compacted, so that the same edit sent twice compares equal.
+// canonicalObject checks that s is one JSON object and returns it in
+// canonical form (compact, object keys sorted, numbers as written), so
+// that the same edit sent twice compares equal whatever its spacing and
+// key order.
 func canonicalObject(s string) (string, error) {
 	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber() // numbers as written: no float rounding
 	var v any
 	if err := dec.Decode(&v); err != nil {
 		return "", fmt.Errorf("%w: edit's arguments must be a JSON object: %v", ErrInvalid, err)
@@ -137,10 +140,12 @@ func canonicalObject(s string) (string, error) {
 		return "", fmt.Errorf("%w: edit's arguments hold more than one JSON value", ErrInvalid)
 	}
 	var b bytes.Buffer
-	if err := json.Compact(&b, []byte(strings.TrimSpace(s))); err != nil {
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with their keys sorted
 		return "", fmt.Errorf("%w: edit's arguments: %v", ErrInvalid, err)
 	}
-	return b.String(), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 func jsonKind(v any) string {
@@ -151,7 +156,7 @@ func jsonKind(v any) string {
 		return "an array"
 	case string:
 		return "a string"
-	case float64:
+	case float64, json.Number:
 		return "a number"
 	case bool:
 		return "a boolean"
