@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
@@ -329,6 +330,13 @@ func testNotices(c *C) {
 	}
 	err := l.Notify(c.ctx, driver.Notice{})
 	c.wantErr("leases.notify", "a notice without a thread", err, driver.ErrInvalidArgument)
+	// A notice's records arrive intact, or (too large for the driver's
+	// channel) not at all, with the rest of the notice.
+	small, large := recordsNotice("n-4", 200), recordsNotice("n-5", 64<<10)
+	for _, n := range []driver.Notice{small, large} {
+		c.ok("leases.notice-records", "Notify with records", l.Notify(c.ctx, n))
+		c.receiveRecords("leases.notice-records", ch, n)
+	}
 	cancel()
 	t := time.NewTimer(noticeWait)
 	defer t.Stop()
@@ -411,4 +419,56 @@ func testSharedNotices(c *C) {
 	n := driver.Notice{ThreadID: "across", Owner: 3, InterruptRunID: "run-x"}
 	c.ok("shared.notify", "Notify", c.leaser(d2).Notify(c.ctx, n))
 	c.receive("shared.notify", ch, n)
+	r := recordsNotice("across-records", 200)
+	c.ok("shared.notify", "Notify with records", c.leaser(d2).Notify(c.ctx, r))
+	c.receiveRecords("shared.notify", ch, r)
+}
+
+// recordsNotice is a notice to every host with records (driver.Notice): a
+// thread header, its open run, and a message of size bytes.
+func recordsNotice(thread string, size int) driver.Notice {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	run := record.Run{ID: thread + "-run", ThreadID: thread, Seq: 1, State: record.StateQueued, InputMessageIDs: []string{thread + "-msg"},
+		AssistantMessageID: thread + "-ans", Attempt: 1, CreatedAt: at}
+	msg := record.Message{ID: thread + "-msg", ThreadID: thread, RunID: run.ID, Seq: 1, Role: record.RoleUser,
+		Content: strings.Repeat("x", size), Hint: "refine", Metadata: map[string]string{"k": "v"}, CreatedAt: at}
+	return driver.Notice{ThreadID: thread, Wake: 5, RunID: run.ID, ReplyTo: 6,
+		Thread: record.Thread{ID: thread, Version: 1, NextRunSeq: 2, NextMessageSeq: 2, OpenRunIDs: []string{run.ID}, LastCommitID: "c-1", UpdatedAt: at},
+		Runs:   []record.Run{run}, Messages: []record.Message{msg}}
+}
+
+// receiveRecords waits for notice want on ch (by its thread), and checks
+// that its fields came intact, its records either intact or all left out.
+func (c *C) receiveRecords(rule string, ch <-chan driver.Notice, want driver.Notice) {
+	t := time.NewTimer(noticeWait)
+	defer t.Stop()
+	for {
+		select {
+		case n, ok := <-ch:
+			if !ok {
+				c.Fatalf(rule, "the watch ended before notice %s came", want.ThreadID)
+			}
+			if n.ThreadID != want.ThreadID {
+				continue
+			}
+			if n.Owner != want.Owner || n.Wake != want.Wake || n.RunID != want.RunID || n.ReplyTo != want.ReplyTo ||
+				n.InterruptRunID != want.InterruptRunID || len(n.Settled) != len(want.Settled) {
+				c.Fatalf(rule, "notice %s came as %+v, want its fields as sent", want.ThreadID, n)
+			}
+			if n.Thread.ID == "" && len(n.Runs) == 0 && len(n.Messages) == 0 {
+				return // left out: allowed
+			}
+			if !sameThread(n.Thread, want.Thread) || len(n.Runs) != len(want.Runs) || len(n.Messages) != len(want.Messages) ||
+				!sameRun(n.Runs[0], want.Runs[0]) || !sameMessage(n.Messages[0], want.Messages[0]) {
+				c.Fatalf(rule, "notice %s came with records %+v %+v %+v, want them as sent or not at all", want.ThreadID, n.Thread, n.Runs, n.Messages)
+			}
+			return
+		case <-t.C:
+			c.Fatalf(rule, "notice %s, sent after Watch returned, did not come within %v", want.ThreadID, noticeWait)
+		}
+	}
+}
+
+func sameThread(a, b record.Thread) bool {
+	return reflect.DeepEqual(record.NormalizeThread(a), record.NormalizeThread(b))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/agenthost/agenthost/abi/record"
 )
 
 // Leaser is implemented by a driver whose data several hosts may use at
@@ -77,11 +79,18 @@ type Lease struct {
 
 // Notice is a hint between hosts: it wakes the host that owns a thread, or
 // tells a host that runs it waits for have settled. The driver carries it
-// as it is; only hosts read it.
+// as it is; only hosts read it. The one exception is its records (Thread,
+// Runs, Messages): a driver whose channel limits a notice's size may
+// deliver a notice without them, when they do not fit, but never without
+// its other fields. A host that finds no records reads the store instead.
 type Notice struct {
 	ThreadID string
 	// Owner is the epoch the notice is for (0: every host).
 	Owner int64
+	// Wake, in a notice to every host (Owner 0), is the epoch whose work
+	// it announces (the thread's owner, or its home); the other hosts
+	// only learn from it. 0 in a notice to one host.
+	Wake int64
 	// InterruptRunID asks the owner to stop this run, if it is executing it
 	// (an input admitted with the interrupt decision on another host).
 	InterruptRunID string
@@ -91,6 +100,19 @@ type Notice struct {
 	ReplyTo int64
 	// Settled lists runs that became terminal.
 	Settled []string
+
+	// The records the sender committed before it sent the notice, so that
+	// the receiver need not read them back. Hints like the rest: a host
+	// checks them against what it knows before it uses them.
+	//
+	// Thread is the thread's header as the sender's commit left it (the
+	// zero Thread: not carried); Runs are then the thread's open runs at
+	// that version, and Messages what the commit appended (an admitted
+	// input). With Settled, Runs are the settled runs' terminal records
+	// (and those of the runs that answered them), Messages their answers.
+	Thread   record.Thread
+	Runs     []record.Run
+	Messages []record.Message
 }
 
 // ErrFenced reports a commit refused by the fence: the committing lease is

@@ -2827,8 +2827,15 @@ type Notice struct {
 	RunId          string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	ReplyTo        int64                  `protobuf:"varint,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	Settled        []string               `protobuf:"bytes,6,rep,name=settled,proto3" json:"settled,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// In a notice to every host (owner 0), the epoch whose work it announces.
+	Wake int64 `protobuf:"varint,7,opt,name=wake,proto3" json:"wake,omitempty"`
+	// Records the sender committed before it sent the notice (driver.Notice):
+	// hints, which a driver that limits a notice's size may leave out.
+	Thread        *Thread    `protobuf:"bytes,8,opt,name=thread,proto3" json:"thread,omitempty"`
+	Runs          []*Run     `protobuf:"bytes,9,rep,name=runs,proto3" json:"runs,omitempty"`
+	Messages      []*Message `protobuf:"bytes,10,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Notice) Reset() {
@@ -2899,6 +2906,34 @@ func (x *Notice) GetReplyTo() int64 {
 func (x *Notice) GetSettled() []string {
 	if x != nil {
 		return x.Settled
+	}
+	return nil
+}
+
+func (x *Notice) GetWake() int64 {
+	if x != nil {
+		return x.Wake
+	}
+	return 0
+}
+
+func (x *Notice) GetThread() *Thread {
+	if x != nil {
+		return x.Thread
+	}
+	return nil
+}
+
+func (x *Notice) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *Notice) GetMessages() []*Message {
+	if x != nil {
+		return x.Messages
 	}
 	return nil
 }
@@ -3335,14 +3370,19 @@ const file_store_proto_rawDesc = "" +
 	"\x14ReleaseLeaseResponse\"\x0f\n" +
 	"\rLeasesRequest\"C\n" +
 	"\x0eLeasesResponse\x121\n" +
-	"\x06leases\x18\x01 \x03(\v2\x19.agenthost.store.v1.LeaseR\x06leases\"\xb1\x01\n" +
+	"\x06leases\x18\x01 \x03(\v2\x19.agenthost.store.v1.LeaseR\x06leases\"\xdf\x02\n" +
 	"\x06Notice\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\x03R\x05owner\x12(\n" +
 	"\x10interrupt_run_id\x18\x03 \x01(\tR\x0einterruptRunId\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x19\n" +
 	"\breply_to\x18\x05 \x01(\x03R\areplyTo\x12\x18\n" +
-	"\asettled\x18\x06 \x03(\tR\asettled\"\x10\n" +
+	"\asettled\x18\x06 \x03(\tR\asettled\x12\x12\n" +
+	"\x04wake\x18\a \x01(\x03R\x04wake\x122\n" +
+	"\x06thread\x18\b \x01(\v2\x1a.agenthost.store.v1.ThreadR\x06thread\x12+\n" +
+	"\x04runs\x18\t \x03(\v2\x17.agenthost.store.v1.RunR\x04runs\x127\n" +
+	"\bmessages\x18\n" +
+	" \x03(\v2\x1b.agenthost.store.v1.MessageR\bmessages\"\x10\n" +
 	"\x0eNotifyResponse\"\x0e\n" +
 	"\fWatchRequest\"Q\n" +
 	"\x16CommitStepsManyRequest\x127\n" +
@@ -3486,53 +3526,56 @@ var file_store_proto_depIdxs = []int32{
 	54, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
 	38, // 35: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
 	38, // 36: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
-	10, // 37: agenthost.store.v1.CommitStepsManyRequest.batches:type_name -> agenthost.store.v1.StepBatch
-	51, // 38: agenthost.store.v1.CommitStepsManyResponse.results:type_name -> agenthost.store.v1.CommitStepsResult
-	11, // 39: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
-	13, // 40: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
-	15, // 41: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
-	17, // 42: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
-	19, // 43: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
-	22, // 44: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
-	24, // 45: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
-	26, // 46: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
-	28, // 47: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
-	30, // 48: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
-	39, // 49: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
-	40, // 50: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
-	42, // 51: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
-	44, // 52: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
-	46, // 53: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
-	48, // 54: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
-	32, // 55: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
-	34, // 56: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
-	36, // 57: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
-	49, // 58: agenthost.store.v1.Store.CommitStepsMany:input_type -> agenthost.store.v1.CommitStepsManyRequest
-	12, // 59: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	14, // 60: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	16, // 61: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	18, // 62: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	20, // 63: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
-	23, // 64: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	25, // 65: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	27, // 66: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	29, // 67: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	31, // 68: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	41, // 69: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
-	41, // 70: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
-	43, // 71: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
-	45, // 72: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
-	47, // 73: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
-	46, // 74: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
-	33, // 75: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
-	35, // 76: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
-	37, // 77: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
-	50, // 78: agenthost.store.v1.Store.CommitStepsMany:output_type -> agenthost.store.v1.CommitStepsManyResponse
-	59, // [59:79] is the sub-list for method output_type
-	39, // [39:59] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	0,  // 37: agenthost.store.v1.Notice.thread:type_name -> agenthost.store.v1.Thread
+	1,  // 38: agenthost.store.v1.Notice.runs:type_name -> agenthost.store.v1.Run
+	3,  // 39: agenthost.store.v1.Notice.messages:type_name -> agenthost.store.v1.Message
+	10, // 40: agenthost.store.v1.CommitStepsManyRequest.batches:type_name -> agenthost.store.v1.StepBatch
+	51, // 41: agenthost.store.v1.CommitStepsManyResponse.results:type_name -> agenthost.store.v1.CommitStepsResult
+	11, // 42: agenthost.store.v1.Store.Open:input_type -> agenthost.store.v1.OpenRequest
+	13, // 43: agenthost.store.v1.Store.Info:input_type -> agenthost.store.v1.InfoRequest
+	15, // 44: agenthost.store.v1.Store.LoadThread:input_type -> agenthost.store.v1.LoadThreadRequest
+	17, // 45: agenthost.store.v1.Store.Commit:input_type -> agenthost.store.v1.CommitRequest
+	19, // 46: agenthost.store.v1.Store.CommitMany:input_type -> agenthost.store.v1.CommitManyRequest
+	22, // 47: agenthost.store.v1.Store.GetRuns:input_type -> agenthost.store.v1.GetRunsRequest
+	24, // 48: agenthost.store.v1.Store.GetIdempotency:input_type -> agenthost.store.v1.GetIdempotencyRequest
+	26, // 49: agenthost.store.v1.Store.ReadHistory:input_type -> agenthost.store.v1.ReadHistoryRequest
+	28, // 50: agenthost.store.v1.Store.ListRuns:input_type -> agenthost.store.v1.ListRunsRequest
+	30, // 51: agenthost.store.v1.Store.Close:input_type -> agenthost.store.v1.CloseRequest
+	39, // 52: agenthost.store.v1.Store.AcquireLease:input_type -> agenthost.store.v1.AcquireLeaseRequest
+	40, // 53: agenthost.store.v1.Store.RenewLease:input_type -> agenthost.store.v1.RenewLeaseRequest
+	42, // 54: agenthost.store.v1.Store.ReleaseLease:input_type -> agenthost.store.v1.ReleaseLeaseRequest
+	44, // 55: agenthost.store.v1.Store.Leases:input_type -> agenthost.store.v1.LeasesRequest
+	46, // 56: agenthost.store.v1.Store.Notify:input_type -> agenthost.store.v1.Notice
+	48, // 57: agenthost.store.v1.Store.Watch:input_type -> agenthost.store.v1.WatchRequest
+	32, // 58: agenthost.store.v1.Store.CommitSteps:input_type -> agenthost.store.v1.CommitStepsRequest
+	34, // 59: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
+	36, // 60: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
+	49, // 61: agenthost.store.v1.Store.CommitStepsMany:input_type -> agenthost.store.v1.CommitStepsManyRequest
+	12, // 62: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	14, // 63: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	16, // 64: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	18, // 65: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	20, // 66: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	23, // 67: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	25, // 68: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	27, // 69: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	29, // 70: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	31, // 71: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	41, // 72: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
+	41, // 73: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
+	43, // 74: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
+	45, // 75: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
+	47, // 76: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
+	46, // 77: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
+	33, // 78: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
+	35, // 79: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
+	37, // 80: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
+	50, // 81: agenthost.store.v1.Store.CommitStepsMany:output_type -> agenthost.store.v1.CommitStepsManyResponse
+	62, // [62:82] is the sub-list for method output_type
+	42, // [42:62] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }

@@ -321,10 +321,26 @@ func LeaseFromProto(p *storepb.Lease) driver.Lease {
 
 // NoticeToProto converts a notice to its wire form.
 func NoticeToProto(n driver.Notice) *storepb.Notice {
-	return &storepb.Notice{ThreadId: n.ThreadID, Owner: n.Owner, InterruptRunId: n.InterruptRunID, RunId: n.RunID, ReplyTo: n.ReplyTo, Settled: n.Settled}
+	p := &storepb.Notice{ThreadId: n.ThreadID, Owner: n.Owner, InterruptRunId: n.InterruptRunID, RunId: n.RunID, ReplyTo: n.ReplyTo, Settled: n.Settled,
+		Wake: n.Wake, Runs: RunsToProto(n.Runs), Messages: MessagesToProto(n.Messages)}
+	if n.Thread.ID != "" {
+		p.Thread = ThreadToProto(n.Thread)
+	}
+	return p
 }
 
 // NoticeFromProto converts a notice from its wire form.
 func NoticeFromProto(p *storepb.Notice) driver.Notice {
-	return driver.Notice{ThreadID: p.GetThreadId(), Owner: p.GetOwner(), InterruptRunID: p.GetInterruptRunId(), RunID: p.GetRunId(), ReplyTo: p.GetReplyTo(), Settled: p.GetSettled()}
+	n := driver.Notice{ThreadID: p.GetThreadId(), Owner: p.GetOwner(), InterruptRunID: p.GetInterruptRunId(), RunID: p.GetRunId(), ReplyTo: p.GetReplyTo(), Settled: p.GetSettled(),
+		Wake: p.GetWake()}
+	if p.GetThread() != nil {
+		n.Thread = ThreadFromProto(p.GetThread())
+	}
+	if len(p.GetRuns()) > 0 {
+		n.Runs = RunsFromProto(p.GetRuns())
+	}
+	if len(p.GetMessages()) > 0 {
+		n.Messages = MessagesFromProto(p.GetMessages())
+	}
+	return n
 }

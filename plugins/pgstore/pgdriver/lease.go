@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
 )
 
 // Leases live in the table leases, by the database's clock
@@ -130,14 +131,24 @@ func (d *Driver) Leases(ctx context.Context) ([]driver.Lease, error) {
 type notice struct {
 	Thread    string   `json:"thread"`
 	Owner     int64    `json:"owner,omitempty"`
+	Wake      int64    `json:"wake,omitempty"`
 	Interrupt string   `json:"interrupt_run,omitempty"`
 	Run       string   `json:"run,omitempty"`
 	ReplyTo   int64    `json:"reply_to,omitempty"`
 	Settled   []string `json:"settled,omitempty"`
+	// The notice's records, when they fit (see payloads).
+	Header   *record.Thread   `json:"header,omitempty"`
+	Runs     []record.Run     `json:"runs,omitempty"`
+	Messages []record.Message `json:"messages,omitempty"`
 }
 
 func (n notice) toDriver() driver.Notice {
-	return driver.Notice{ThreadID: n.Thread, Owner: n.Owner, InterruptRunID: n.Interrupt, RunID: n.Run, ReplyTo: n.ReplyTo, Settled: n.Settled}
+	out := driver.Notice{ThreadID: n.Thread, Owner: n.Owner, Wake: n.Wake, InterruptRunID: n.Interrupt, RunID: n.Run, ReplyTo: n.ReplyTo, Settled: n.Settled,
+		Runs: n.Runs, Messages: n.Messages}
+	if n.Header != nil {
+		out.Thread = *n.Header
+	}
+	return out
 }
 
 // maxNoticeBytes is PostgreSQL's limit on a NOTIFY payload (8000 bytes),
@@ -145,9 +156,11 @@ func (n notice) toDriver() driver.Notice {
 const maxNoticeBytes = 7900
 
 // payloads encodes n as NOTIFY payloads: one, or, when its Settled list
-// makes it too long, several, each with a part of the list.
+// makes it too long, several, each with a part of the list. Its records
+// (driver.Notice) go only in a notice that fits in one payload with them:
+// otherwise they are left out, and the receiver reads them from the store.
 func payloads(n driver.Notice) ([]string, error) {
-	base := notice{Thread: n.ThreadID, Owner: n.Owner, Interrupt: n.InterruptRunID, Run: n.RunID, ReplyTo: n.ReplyTo}
+	base := notice{Thread: n.ThreadID, Owner: n.Owner, Wake: n.Wake, Interrupt: n.InterruptRunID, Run: n.RunID, ReplyTo: n.ReplyTo}
 	enc := func(x notice) (string, error) {
 		b, err := json.Marshal(x)
 		if err != nil {
@@ -160,6 +173,16 @@ func payloads(n driver.Notice) ([]string, error) {
 	}
 	full := base
 	full.Settled = n.Settled
+	if n.Thread.ID != "" || len(n.Runs) > 0 || len(n.Messages) > 0 {
+		with := full
+		if n.Thread.ID != "" {
+			with.Header = &n.Thread
+		}
+		with.Runs, with.Messages = n.Runs, n.Messages
+		if p, err := enc(with); err == nil && len(p) <= maxNoticeBytes {
+			return []string{p}, nil
+		}
+	}
 	p, err := enc(full)
 	if err != nil || len(p) <= maxNoticeBytes {
 		return []string{p}, err
@@ -177,7 +200,9 @@ func payloads(n driver.Notice) ([]string, error) {
 		}
 		for i++; i < len(n.Settled); i++ {
 			next := append(part.Settled, n.Settled[i])
-			q, err := enc(notice{Thread: base.Thread, Owner: base.Owner, Interrupt: base.Interrupt, Run: base.Run, ReplyTo: base.ReplyTo, Settled: next})
+			x := base
+			x.Settled = next
+			q, err := enc(x)
 			if err != nil {
 				return nil, err
 			}
