@@ -116,6 +116,21 @@ func (k *leaseKeeper) isLive(epoch int64) bool {
 	return k.live[epoch]
 }
 
+// others reports how many live leases other than this runtime's there
+// were at the last refresh.
+func (k *leaseKeeper) others() int {
+	me := k.epoch.Load()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for e, live := range k.live {
+		if live && e != me {
+			n++
+		}
+	}
+	return n
+}
+
 // ownerLive reports whether the owner of a run still executes it.
 func (k *leaseKeeper) ownerLive(owner string) bool { return k.isLive(leaseEpoch(owner)) }
 

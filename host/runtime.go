@@ -393,13 +393,13 @@ func (rt *Runtime) Submit(ctx context.Context, threadID, input string, opts Subm
 	if o := adm.ThreadOwner; o != 0 && o != me && rt.lease.isLive(o) {
 		// Another live host owns the thread: wake it (offers stay with this
 		// process, so for that host an injected input is a queued run).
-		rt.notify(driver.Notice{ThreadID: threadID, Owner: o, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: me})
+		rt.notify(rt.wakeNotice(threadID, o, adm))
 		return t, nil
 	} else if adm.Started == nil && o != me && !rt.lease.alone() {
 		if h := rt.lease.home(threadID); h != me {
 			// Nobody live owns the thread, and it belongs with another
 			// host: that host starts it (ADR 0143).
-			rt.notify(driver.Notice{ThreadID: threadID, Owner: h, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: me})
+			rt.notify(rt.wakeNotice(threadID, h, adm))
 			return t, nil
 		}
 	}
@@ -663,6 +663,7 @@ type counters struct {
 	noticesReceived  atomic.Int64
 	handedBack       atomic.Int64 // threads given up to their home (ADR 0143)
 	waitNotices      atomic.Int64 // waits that asked a run's host to tell them
+	noticeRecords    atomic.Int64 // records taken from notices (snapshots, settled runs)
 	toolDecisions    labeled      // by verdict
 	toolPolicyFails  atomic.Int64
 	answers          labeled // by action
@@ -727,6 +728,9 @@ type Stats struct {
 	// other hosts that asked the run's host to tell this one when it ends.
 	HandedBack  int64
 	WaitNotices int64
+	// NoticeRecords counts what this host took from notices instead of
+	// reading it: threads' snapshots, settled runs' records.
+	NoticeRecords int64
 	// The tool policy: its decisions by verdict, its failures (answered
 	// by the fallback), the answers given to asked calls by action, the
 	// calls rejected by the approval time limit, the runs that went
@@ -760,6 +764,7 @@ func (rt *Runtime) Stats() Stats {
 		NoticesReceived:  rt.stats.noticesReceived.Load(),
 		HandedBack:       rt.stats.handedBack.Load(),
 		WaitNotices:      rt.stats.waitNotices.Load(),
+		NoticeRecords:    rt.stats.noticeRecords.Load(),
 
 		ToolDecisions:      rt.stats.toolDecisions.snapshot(),
 		ToolPolicyFailures: rt.stats.toolPolicyFails.Load(),

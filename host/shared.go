@@ -54,7 +54,15 @@ func (rt *Runtime) startLoops() {
 }
 
 // watch delivers the store's notices: a thread this host owns has work, or
-// one of its runs is asked to stop.
+// one of its runs is asked to stop, or runs this host waits for settled.
+//
+// What a notice carries beyond that (driver.Notice's records) only saves
+// reads: the snapshot of a thread it is woken for serves its next start as
+// its own last commit would (a stale one makes the commit conflict, and
+// the start reads the thread), the terminal records and answers of settled
+// runs answer their waiters. A notice without them, or with records that
+// do not hold together, leaves the reads to be done; a lost notice leaves
+// them to the poll.
 func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 	for ctx.Err() == nil {
 		if ch == nil {
@@ -70,16 +78,33 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 			rt.pollNow() // what was sent while no watch was in place
 		}
 		for n := range ch {
-			if n.ThreadID == "" || (n.Owner != 0 && n.Owner != rt.lease.epoch.Load()) {
-				continue
+			me := rt.lease.epoch.Load()
+			if n.ThreadID == "" || (n.Owner != 0 && n.Owner != me) || (n.Owner == 0 && n.Wake != 0 && n.ReplyTo == me) {
+				continue // for another host, or this host's own announcement
 			}
 			rt.stats.noticesReceived.Add(1)
 			if len(n.Settled) > 0 {
-				rt.settled(n.Settled...) // its waiters read the store again
+				rt.stats.noticeRecords.Add(int64(rt.st.LearnSettled(n.ThreadID, n.Settled, n.Runs, n.Messages)))
+				rt.settled(n.Settled...) // its waiters answer from the records, or read the store
 				continue
 			}
+			if n.Owner == 0 && n.Wake != 0 && n.Wake != me {
+				// Work for another host, announced to every host: the
+				// run's end will be told to every host too.
+				if n.RunID != "" {
+					rt.tickets.announce(n.RunID)
+				}
+				continue
+			}
+			if n.Thread.ID == n.ThreadID && rt.st.Learn(driver.ThreadSnapshot{Thread: n.Thread, Runs: n.Runs}, n.Messages) {
+				rt.stats.noticeRecords.Add(1)
+			}
 			if n.RunID != "" && n.ReplyTo != 0 {
-				rt.tickets.replyWanted(n.RunID, n.ReplyTo)
+				to := n.ReplyTo
+				if n.Owner == 0 {
+					to = 0 // announced to every host: tell every host
+				}
+				rt.tickets.replyWanted(n.RunID, to)
 				if rt.st.KnownSettled(n.RunID) {
 					// It ran (found by the poll, or before a wait on
 					// another host asked) before this notice came.
@@ -105,20 +130,70 @@ func (rt *Runtime) notify(n driver.Notice) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rt.lease.l.Notify(ctx, n); err != nil {
-		rt.log.Warn("sending a notice to another host failed; it will poll", "thread", n.ThreadID, "to", n.Owner, "err", err)
+		to := n.Owner
+		if to == 0 {
+			to = n.Wake
+		}
+		rt.log.Warn("sending a notice to another host failed; it will poll", "thread", n.ThreadID, "to", to, "err", err)
 		return
 	}
 	rt.stats.noticesSent.Add(1)
 }
 
+// maxNoticeContent bounds what a notice's records may carry of messages'
+// contents (answers, an admitted input): past it they are left out, and
+// read by the host that needs them. A driver with a smaller limit leaves
+// them out itself (pgstore: a NOTIFY payload is at most 8000 bytes).
+const maxNoticeContent = 6 << 10
+
+// maxNoticeRuns bounds the open runs an admission's notice carries with
+// its thread's snapshot.
+const maxNoticeRuns = 16
+
+// wakeNotice is the notice of an admission on this host to the host whose
+// work it is (to: the thread's live owner, or its home). With more hosts
+// than these two it is announced to every host (Owner 0, Wake to): hosts
+// where the run will be waited for learn that its end will be told to
+// every host, and need not ask. It carries the thread as the admission's
+// commit left it and the input, so that the host woken starts the run
+// without reading them.
+func (rt *Runtime) wakeNotice(threadID string, to int64, adm store.Admission) driver.Notice {
+	n := driver.Notice{ThreadID: threadID, Owner: to, InterruptRunID: adm.InterruptRunID, RunID: adm.RunID, ReplyTo: rt.lease.epoch.Load()}
+	if rt.lease.others() > 1 {
+		n.Owner, n.Wake = 0, to
+	}
+	if c := adm.Committed; c != nil && len(c.Runs) <= maxNoticeRuns && contentSize(adm.Appended) <= maxNoticeContent {
+		n.Thread, n.Runs, n.Messages = c.Thread, c.Runs, adm.Appended
+	}
+	return n
+}
+
+// contentSize is what messages hold of text.
+func contentSize(msgs []record.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content) + len(m.Hint)
+		for k, v := range m.Metadata {
+			n += len(k) + len(v)
+		}
+		for _, c := range m.ToolCalls {
+			n += len(c.ID) + len(c.Name) + len(c.Arguments)
+		}
+	}
+	return n
+}
+
 // settled wakes this process's waiters of the runs.
 func (rt *Runtime) settled(runIDs ...string) { rt.tickets.settled(runIDs...) }
 
-// replySettled tells the hosts that admitted runs of this host's threads
-// that they settled.
+// replySettled tells the hosts that admitted runs of this host's threads,
+// or wait for them, that they settled: with their terminal records and
+// answers, when small, so that those hosts need not read them.
 func (rt *Runtime) replySettled(threadID string, runIDs ...string) {
 	for e, ids := range rt.tickets.takeReplies(runIDs) {
-		rt.notify(driver.Notice{ThreadID: threadID, Owner: e, Settled: ids})
+		n := driver.Notice{ThreadID: threadID, Owner: e, Settled: ids}
+		n.Runs, n.Messages = rt.st.SettledRecords(threadID, ids, maxNoticeContent)
+		rt.notify(n)
 	}
 }
 

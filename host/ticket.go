@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,14 +40,17 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 // Wait blocks until run runID settles and returns its result.
 //
 // A run that another host executes, or will, settles there: unless this
-// host admitted it (the owner was then asked to tell it), the wait asks
-// that host by notice to tell this one when the run ends, once, so that it
-// is woken then rather than at its next poll of the store.
+// host admitted it (the owner was then asked to tell it) or heard it
+// announced (its owner then tells every host), the wait asks that host by
+// notice to tell this one when the run ends, once, so that it is woken then
+// rather than at its next poll of the store. The notice that tells it
+// carries the run's terminal record and answer when they are small, and
+// the wait answers from them without reading the store.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
 	asked := rt.lease.alone()
 	read := func(ctx context.Context, id string) (Result, error) {
 		res, run, err := rt.st.ResultRun(ctx, id)
-		if err == nil && !res.Settled && !asked && !rt.tickets.pendingHere(id) {
+		if err == nil && !res.Settled && !asked && !rt.tickets.toldHere(id) {
 			asked = true
 			rt.askToBeTold(ctx, run)
 		}
@@ -72,8 +76,8 @@ func (rt *Runtime) askToBeTold(ctx context.Context, run record.Run) {
 			to = rt.lease.home(run.ThreadID)
 		}
 	}
-	if to == 0 || to == me || !rt.lease.isLive(to) {
-		return
+	if to == 0 || to == me || !rt.lease.isLive(to) || rt.tickets.toldHere(run.ID) {
+		return // (announced meanwhile: its end is told to every host)
 	}
 	rt.stats.waitNotices.Add(1)
 	rt.notify(driver.Notice{ThreadID: run.ThreadID, Owner: to, RunID: run.ID, ReplyTo: me})
@@ -94,12 +98,16 @@ type resolver struct {
 	waiters map[string][]chan struct{}
 	pending map[string]bool // runs admitted here, not yet seen settled
 	// replyTo: runs of this host's threads admitted on other hosts that
-	// wait for them, by run id → those hosts' epochs.
+	// wait for them, by run id → those hosts' epochs (0: every host).
 	replyTo map[string][]int64
+	// announced: runs admitted on other hosts for a third one, announced
+	// to every host, not yet seen settled: their settling is told to every
+	// host too.
+	announced map[string]bool
 }
 
 func newResolver() *resolver {
-	return &resolver{waiters: map[string][]chan struct{}{}, pending: map[string]bool{}, replyTo: map[string][]int64{}}
+	return &resolver{waiters: map[string][]chan struct{}{}, pending: map[string]bool{}, replyTo: map[string][]int64{}, announced: map[string]bool{}}
 }
 
 // wait blocks until run runID settles, reading its result with read.
@@ -109,9 +117,10 @@ func (r *resolver) wait(ctx context.Context, runID string, read func(context.Con
 		// wait is not missed.
 		ch, done := r.waitFor(runID)
 		var res Result
-		// A run this process admitted and has not yet seen settle is not
-		// read first: the settle (or the poll) wakes the wait.
-		if !first || !r.pendingHere(runID) {
+		// A run this process admitted, or heard announced, and has not yet
+		// seen settle is not read first: the settle (or the poll) wakes
+		// the wait.
+		if !first || !r.toldHere(runID) {
 			var err error
 			res, err = read(ctx, runID)
 			if err != nil || res.Settled {
@@ -182,12 +191,32 @@ func (r *resolver) pendingHere(runID string) bool {
 	return r.pending[runID]
 }
 
+// announce remembers a run announced to every host (see Runtime.watch),
+// until it settles.
+func (r *resolver) announce(runID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.announced) >= maxPending {
+		clear(r.announced)
+	}
+	r.announced[runID] = true
+}
+
+// toldHere reports whether this process will be told when the unsettled
+// run settles, without asking: it admitted the run, or heard it announced.
+func (r *resolver) toldHere(runID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending[runID] || r.announced[runID]
+}
+
 // settled wakes the waiters of the runs.
 func (r *resolver) settled(runIDs ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, id := range runIDs {
 		delete(r.pending, id)
+		delete(r.announced, id)
 		for _, ch := range r.waiters[id] {
 			select {
 			case <-ch:
@@ -208,12 +237,32 @@ func (r *resolver) replyWanted(runID string, epoch int64) {
 		// waiters poll.
 		clear(r.replyTo)
 	}
-	r.replyTo[runID] = append(r.replyTo[runID], epoch)
+	if !slices.Contains(r.replyTo[runID], epoch) {
+		r.replyTo[runID] = append(r.replyTo[runID], epoch)
+	}
 }
 
 // takeReplies returns, by epoch, the settled runs that other hosts wait
-// for, and forgets them.
+// for, and forgets them. When more than one host is to be told (or every
+// host, epoch 0), they are all told at once: the runs are under 0 alone.
 func (r *resolver) takeReplies(runIDs []string) map[int64][]string {
+	to := r.replies(runIDs)
+	if len(to) < 2 {
+		return to
+	}
+	var all []string
+	for _, ids := range to {
+		for _, id := range ids {
+			if !slices.Contains(all, id) {
+				all = append(all, id)
+			}
+		}
+	}
+	slices.Sort(all)
+	return map[int64][]string{0: all}
+}
+
+func (r *resolver) replies(runIDs []string) map[int64][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var to map[int64][]string

@@ -142,6 +142,7 @@ var (
 		{prometheus.NewDesc("agenthost_leases_lost_total", "Leases this host lost (it paused or could not renew in time) and replaced.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.LeasesLost }},
 		{prometheus.NewDesc("agenthost_notices_sent_total", "Notices sent to other hosts (wake a thread's owner, a run settled).", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.NoticesSent }},
 		{prometheus.NewDesc("agenthost_notices_received_total", "Notices received from other hosts.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.NoticesReceived }},
+		{prometheus.NewDesc("agenthost_notice_records_total", "Records taken from other hosts' notices instead of read from the store (threads' snapshots, settled runs).", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.NoticeRecords }},
 		{prometheus.NewDesc("agenthost_tool_policy_failures_total", "Tool policy calls that failed and were answered by the fallback.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.ToolPolicyFailures }},
 		{prometheus.NewDesc("agenthost_runs_waited_total", "Times a run began waiting for answers to tool calls.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.Waits }},
 		{prometheus.NewDesc("agenthost_runs_resumed_total", "Waiting runs executed again once their calls were answered.", nil, nil), func(s host.Stats, _ *Handler) int64 { return s.Resumes }},

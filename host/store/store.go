@@ -213,6 +213,11 @@ type Admission struct {
 	// Started is the admitted run, active, when the admission started it
 	// (Submission.StartAs).
 	Started *record.Run
+	// Committed is the thread as the admission's commit left it (header
+	// and open runs), when this layer still holds it; Appended the
+	// messages the commit wrote (the input). Both nil for a duplicate.
+	Committed *driver.ThreadSnapshot
+	Appended  []record.Message
 }
 
 // Admit admits a submission: the input message, its run (or its place in an
@@ -277,6 +282,14 @@ func (s *Store) Admit(ctx context.Context, sub Submission, decide Decider) (Admi
 	if eff.Run != nil && eff.Run.State == record.StateActive {
 		r := *eff.Run
 		adm.Started = &r
+	}
+	if eff.Thread != nil && !adm.Duplicate {
+		if ts, ok := s.Committed(sub.ThreadID, eff.Thread.Version); ok {
+			adm.Committed = &ts
+		}
+		for _, h := range eff.HistoryMutations {
+			adm.Appended = append(adm.Appended, h.Message)
+		}
 	}
 	if adm.Duplicate {
 		res, err := s.Result(ctx, adm.RunID)

@@ -1,0 +1,227 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/host"
+	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+)
+
+// counting is a memdriver handle that counts the calls a run's path makes
+// (the lease upkeep and the poll's listing are not counted).
+type counting struct {
+	*memdriver.Driver
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func newCounting(d *memdriver.Driver) *counting { return &counting{Driver: d, calls: map[string]int{}} }
+
+func (c *counting) count(op string) {
+	c.mu.Lock()
+	c.calls[op]++
+	c.mu.Unlock()
+}
+
+func (c *counting) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = map[string]int{}
+	return out
+}
+
+func (c *counting) LoadThread(ctx context.Context, id string) (driver.ThreadSnapshot, error) {
+	c.count("LoadThread")
+	return c.Driver.LoadThread(ctx, id)
+}
+func (c *counting) Commit(ctx context.Context, b driver.Batch) (int64, error) {
+	c.count("Commit")
+	return c.Driver.Commit(ctx, b)
+}
+func (c *counting) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
+	c.count("GetRuns")
+	return c.Driver.GetRuns(ctx, ids)
+}
+func (c *counting) GetIdempotency(ctx context.Context, th, k string) (record.Idempotency, error) {
+	c.count("GetIdempotency")
+	return c.Driver.GetIdempotency(ctx, th, k)
+}
+func (c *counting) ReadHistory(ctx context.Context, th string, after int64, n int) ([]record.Message, error) {
+	c.count("ReadHistory")
+	return c.Driver.ReadHistory(ctx, th, after, n)
+}
+func (c *counting) Notify(ctx context.Context, n driver.Notice) error {
+	c.count("Notify")
+	return c.Driver.Notify(ctx, n)
+}
+func (c *counting) CommitSteps(ctx context.Context, b driver.StepBatch) error {
+	c.count("CommitSteps")
+	return c.Driver.CommitSteps(ctx, b)
+}
+func (c *counting) ReadSteps(ctx context.Context, runID string, after int64, n int) ([]record.Step, error) {
+	c.count("ReadSteps")
+	return c.Driver.ReadSteps(ctx, runID, after, n)
+}
+
+// callsHost is a host whose model answers with its name once the test
+// releases the step.
+func callsHost(t *testing.T, name string, d driver.Driver, release chan struct{}) *host.Runtime {
+	t.Helper()
+	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: "answered by " + name, Delay: model.Duration(time.Hour)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sleep = func(ctx context.Context, _ time.Duration) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	rt, err := host.New(context.Background(), host.Config{Driver: d, Model: m, Logger: quietLog, HostName: name, LeaseTTL: longLease, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		rt.Close(ctx)
+	})
+	return rt
+}
+
+var callsKey atomic.Int64
+
+// crossingRuns submits n inputs to thread at admit and waits for each at
+// waitAt, the model held until the wait is under way (as a run's model
+// call would hold it), and returns the answers. With heard set, the wait
+// begins once waitAt heard of the admission (a client's request to another
+// host comes after the answer to its submission, and so, most often, after
+// the notice): heard reports the notices waitAt received so far.
+func crossingRuns(t *testing.T, thread string, n int, admit, waitAt *host.Runtime, release chan struct{}, heard func() int64) []string {
+	t.Helper()
+	var answers []string
+	for range n {
+		i := callsKey.Add(1)
+		var before int64
+		if heard != nil {
+			before = heard()
+		}
+		tk, err := admit.Submit(context.Background(), thread, fmt.Sprintf("input %d", i), host.SubmitOptions{IdempotencyKey: fmt.Sprintf("%s-%d", thread, i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if heard != nil {
+			eventually(t, "the waiting host hears of the admission", func() bool { return heard() > before })
+		}
+		done := make(chan host.Result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			res, err := waitAt.Wait(ctx, tk.RunID)
+			if err != nil {
+				t.Errorf("waiting for %s: %v", tk.RunID, err)
+			}
+			done <- res
+		}()
+		time.Sleep(20 * time.Millisecond) // the wait arrives while the run runs
+		release <- struct{}{}
+		res := <-done
+		if res.State != record.StateCompleted {
+			t.Fatalf("run %s: %s", tk.RunID, res.State)
+		}
+		answers = append(answers, answer(res))
+	}
+	return answers
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func show(m map[string]int, runs int) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(v)/float64(runs)))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// The driver calls a run makes when it crosses hosts (its input admitted
+// on X, its thread owned by O, its answer awaited on Y), against one host
+// alone: the admission's notice carries the thread and the input to O, and
+// is announced to Y; O's notice that the run settled carries its answer to
+// X and Y at once. So O starts the run without reading, and Y neither asks
+// nor reads.
+func TestSharedNoticeCallsPerCrossingRun(t *testing.T) {
+	const runs = 10
+	release := make(chan struct{}, 1)
+
+	alone := newCounting(memdriver.New())
+	one := callsHost(t, "one", alone, release)
+	crossingRuns(t, "warm", 2, one, one, release, nil)
+	alone.take()
+	crossingRuns(t, "warm", runs, one, one, release, nil)
+	oneCalls := alone.take()
+	t.Logf("one host: %.1f calls per run (%s)", float64(sum(oneCalls))/runs, show(oneCalls, runs))
+
+	shared := memdriver.NewShared(nil)
+	ds := []*counting{newCounting(shared), newCounting(shared), newCounting(shared)}
+	names := []string{"A", "B", "C"}
+	hosts := make([]*host.Runtime, 3)
+	for i := range hosts {
+		hosts[i] = callsHost(t, names[i], ds[i], release)
+	}
+	// Every host sees the three leases (its poll), so that they agree on
+	// the thread's home.
+	time.Sleep(time.Second)
+	// Two runs place the thread with its home; the second says which.
+	got := crossingRuns(t, "T", 2, hosts[0], hosts[0], release, nil)
+	o := slices.Index(names, strings.TrimPrefix(got[1], "answered by "))
+	if o < 0 {
+		t.Fatalf("answers %v", got)
+	}
+	x, y := (o+1)%3, (o+2)%3
+	for _, d := range ds {
+		d.take()
+	}
+	answers := crossingRuns(t, "T", runs, hosts[x], hosts[y], release, func() int64 { return hosts[y].Stats().NoticesReceived })
+	total := 0
+	for i, d := range ds {
+		c := d.take()
+		role := map[int]string{o: "O (owner)", x: "X (admits)", y: "Y (waits)"}[i]
+		t.Logf("%s %s: %.1f calls per run (%s)", names[i], role, float64(sum(c))/runs, show(c, runs))
+		total += sum(c)
+	}
+	per := float64(total) / runs
+	t.Logf("three hosts: %.1f calls per crossing run; one host: %.1f", per, float64(sum(oneCalls))/runs)
+	for _, a := range answers {
+		if a != "answered by "+names[o] {
+			t.Fatalf("a run moved away from its owner %s: %v", names[o], answers)
+		}
+	}
+	// Before notices carried records: 13 calls. Now: X reads the thread,
+	// commits and notifies; O commits the start, the step and the end and
+	// notifies; Y makes none.
+	if per > 8 {
+		t.Fatalf("%.1f driver calls per crossing run, want at most 8", per)
+	}
+}
