@@ -78,8 +78,13 @@ func (c *counting) ReadSteps(ctx context.Context, runID string, after int64, n i
 // callsHost is a host whose model answers with its name once the test
 // releases the step.
 func callsHost(t *testing.T, name string, d driver.Driver, release chan struct{}) *host.Runtime {
+	return answerHost(t, "answered by "+name, name, d, release)
+}
+
+// answerHost is callsHost answering ans.
+func answerHost(t *testing.T, ans, name string, d driver.Driver, release chan struct{}) *host.Runtime {
 	t.Helper()
-	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: "answered by " + name, Delay: model.Duration(time.Hour)}}})
+	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: ans, Delay: model.Duration(time.Hour)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,5 +228,65 @@ func TestSharedNoticeCallsPerCrossingRun(t *testing.T) {
 	// notifies; Y makes none.
 	if per > 8 {
 		t.Fatalf("%.1f driver calls per crossing run, want at most 8", per)
+	}
+}
+
+// deaf is a driver handle whose watch delivers no notice: every notice to
+// its host is lost.
+type deaf struct{ *memdriver.Driver }
+
+func (deaf) Watch(ctx context.Context) (<-chan driver.Notice, error) {
+	ch := make(chan driver.Notice)
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch, nil
+}
+
+// What notices carry is a hint: an answer too large for a notice is read
+// by the waiting host, a waiting host that hears no notice at all finds
+// the answer by its poll, and an owner that hears none finds the run by
+// its poll; each answer is the run's own.
+func TestSharedNoticeFallbacks(t *testing.T) {
+	large := strings.Repeat("long answer ", 1000)
+	for _, tc := range []struct {
+		name string
+		ans  string
+		deaf int // the host (0: X, 1: O, 2: Y) that hears no notice, -1 none
+	}{
+		{"large answer", large, -1},
+		{"waiter hears nothing", "short", 2},
+		{"owner hears nothing", "short", 1},
+		{"large answer, waiter hears nothing", large, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{}, 1)
+			shared := memdriver.NewShared(nil)
+			hosts := make([]*host.Runtime, 3)
+			for i := range hosts {
+				hosts[i] = answerHost(t, tc.ans+" "+fmt.Sprint(i), fmt.Sprint(i), shared, release)
+			}
+			time.Sleep(time.Second) // the hosts see each other's leases
+			// Place the thread with its home; the second answer names it.
+			got := crossingRuns(t, "T", 2, hosts[0], hosts[0], release, nil)
+			o := strings.IndexByte("012", got[1][len(got[1])-1])
+			x, y := (o+1)%3, (o+2)%3
+			order := []int{x, o, y}
+			// Start the deaf host again with its notices lost.
+			if tc.deaf >= 0 {
+				i := order[tc.deaf]
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				if _, err := hosts[i].Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				hosts[i] = answerHost(t, tc.ans+" "+fmt.Sprint(i), fmt.Sprint(i), deaf{shared}, release)
+				time.Sleep(time.Second) // the others see its new lease
+			}
+			answers := crossingRuns(t, "T", 3, hosts[x], hosts[y], release, nil)
+			for _, a := range answers {
+				if !strings.HasPrefix(a, tc.ans+" ") {
+					t.Fatalf("answer %.40q..., want %.40q...", a, tc.ans)
+				}
+			}
+		})
 	}
 }
