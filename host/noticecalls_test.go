@@ -15,18 +15,28 @@ import (
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
 // counting is a memdriver handle that counts the calls a run's path makes
 // (the lease upkeep and the poll's listing are not counted).
 type counting struct {
-	*memdriver.Driver
+	countable
 	mu    sync.Mutex
 	calls map[string]int
 }
 
-func newCounting(d *memdriver.Driver) *counting { return &counting{Driver: d, calls: map[string]int{}} }
+// countable is what the counted drivers (memdriver, the pgstore plugin)
+// implement.
+type countable interface {
+	driver.Driver
+	driver.Leaser
+	driver.StepStore
+	driver.ThreadLister
+}
+
+func newCounting(d countable) *counting { return &counting{countable: d, calls: map[string]int{}} }
 
 func (c *counting) count(op string) {
 	c.mu.Lock()
@@ -44,35 +54,35 @@ func (c *counting) take() map[string]int {
 
 func (c *counting) LoadThread(ctx context.Context, id string) (driver.ThreadSnapshot, error) {
 	c.count("LoadThread")
-	return c.Driver.LoadThread(ctx, id)
+	return c.countable.LoadThread(ctx, id)
 }
 func (c *counting) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	c.count("Commit")
-	return c.Driver.Commit(ctx, b)
+	return c.countable.Commit(ctx, b)
 }
 func (c *counting) GetRuns(ctx context.Context, ids []string) ([]record.Run, error) {
 	c.count("GetRuns")
-	return c.Driver.GetRuns(ctx, ids)
+	return c.countable.GetRuns(ctx, ids)
 }
 func (c *counting) GetIdempotency(ctx context.Context, th, k string) (record.Idempotency, error) {
 	c.count("GetIdempotency")
-	return c.Driver.GetIdempotency(ctx, th, k)
+	return c.countable.GetIdempotency(ctx, th, k)
 }
 func (c *counting) ReadHistory(ctx context.Context, th string, after int64, n int) ([]record.Message, error) {
 	c.count("ReadHistory")
-	return c.Driver.ReadHistory(ctx, th, after, n)
+	return c.countable.ReadHistory(ctx, th, after, n)
 }
 func (c *counting) Notify(ctx context.Context, n driver.Notice) error {
 	c.count("Notify")
-	return c.Driver.Notify(ctx, n)
+	return c.countable.Notify(ctx, n)
 }
 func (c *counting) CommitSteps(ctx context.Context, b driver.StepBatch) error {
 	c.count("CommitSteps")
-	return c.Driver.CommitSteps(ctx, b)
+	return c.countable.CommitSteps(ctx, b)
 }
 func (c *counting) ReadSteps(ctx context.Context, runID string, after int64, n int) ([]record.Step, error) {
 	c.count("ReadSteps")
-	return c.Driver.ReadSteps(ctx, runID, after, n)
+	return c.countable.ReadSteps(ctx, runID, after, n)
 }
 
 // callsHost is a host whose model answers with its name once the test
@@ -177,10 +187,25 @@ func show(m map[string]int, runs int) string {
 // X and Y at once. So O starts the run without reading, and Y neither asks
 // nor reads.
 func TestSharedNoticeCallsPerCrossingRun(t *testing.T) {
+	t.Run("memdriver", func(t *testing.T) {
+		shared := memdriver.NewShared(nil)
+		testCallsPerCrossingRun(t, newCounting(memdriver.New()), []*counting{newCounting(shared), newCounting(shared), newCounting(shared)})
+	})
+	t.Run("pgstore-plugin", func(t *testing.T) {
+		// Three driver processes on one database, as three hosts have:
+		// the notices go through NOTIFY, records and all.
+		launch := func(u string) *counting {
+			return newCounting(launchBuiltin(t, "pgstore", map[string]string{"url": u}).(countable))
+		}
+		alone, u := launch(pgtest.URL(t)), pgtest.URL(t)
+		testCallsPerCrossingRun(t, alone, []*counting{launch(u), launch(u), launch(u)})
+	})
+}
+
+func testCallsPerCrossingRun(t *testing.T, alone *counting, ds []*counting) {
 	const runs = 10
 	release := make(chan struct{}, 1)
 
-	alone := newCounting(memdriver.New())
 	one := callsHost(t, "one", alone, release)
 	crossingRuns(t, "warm", 2, one, one, release, nil)
 	alone.take()
@@ -188,8 +213,6 @@ func TestSharedNoticeCallsPerCrossingRun(t *testing.T) {
 	oneCalls := alone.take()
 	t.Logf("one host: %.1f calls per run (%s)", float64(sum(oneCalls))/runs, show(oneCalls, runs))
 
-	shared := memdriver.NewShared(nil)
-	ds := []*counting{newCounting(shared), newCounting(shared), newCounting(shared)}
 	names := []string{"A", "B", "C"}
 	hosts := make([]*host.Runtime, 3)
 	for i := range hosts {
