@@ -185,12 +185,6 @@ func (r *resolver) admitted(runID string) {
 	r.pending[runID] = true
 }
 
-func (r *resolver) pendingHere(runID string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pending[runID]
-}
-
 // announce remembers a run announced to every host (see Runtime.watch),
 // until it settles.
 func (r *resolver) announce(runID string) {
