@@ -100,6 +100,9 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 				rt.stats.noticeRecords.Add(1)
 			}
 			if n.RunID != "" && n.ReplyTo != 0 {
+				// This host will execute the run and settle it here: a
+				// wait for it here need not read it first.
+				rt.tickets.announce(n.RunID)
 				to := n.ReplyTo
 				if n.Owner == 0 {
 					to = 0 // announced to every host: tell every host

@@ -100,9 +100,9 @@ type resolver struct {
 	// replyTo: runs of this host's threads admitted on other hosts that
 	// wait for them, by run id → those hosts' epochs (0: every host).
 	replyTo map[string][]int64
-	// announced: runs admitted on other hosts for a third one, announced
-	// to every host, not yet seen settled: their settling is told to every
-	// host too.
+	// announced: runs admitted on other hosts, not yet seen settled, that
+	// this host heard of: for this host to execute, or for a third one and
+	// announced to every host (their settling is told to every host too).
 	announced map[string]bool
 }
 
@@ -185,8 +185,8 @@ func (r *resolver) admitted(runID string) {
 	r.pending[runID] = true
 }
 
-// announce remembers a run announced to every host (see Runtime.watch),
-// until it settles.
+// announce remembers a run admitted elsewhere that this host heard of
+// (see Runtime.watch), until it settles.
 func (r *resolver) announce(runID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
