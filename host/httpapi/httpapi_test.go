@@ -42,6 +42,9 @@ type server struct {
 	*httptest.Server
 	rt   *host.Runtime
 	gate chan struct{}
+	// entered receives once each time a gated model step starts waiting
+	// for the gate (dropped when nobody reads it).
+	entered chan struct{}
 }
 
 // newServer serves a runtime whose model steps each wait for the gate
@@ -64,9 +67,13 @@ func newServerOn(t testing.TB, d driver.Driver, gated bool, opt httpapi.Options,
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{gate: make(chan struct{})}
+	s := &server{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
 	if gated {
 		m.Sleep = func(ctx context.Context, _ time.Duration) error {
+			select {
+			case s.entered <- struct{}{}:
+			default:
+			}
 			select {
 			case <-s.gate:
 				return nil
@@ -463,7 +470,13 @@ func TestCancelTakenAndSteps(t *testing.T) {
 	s := newServerWith(t, true, httpapi.Options{}, script, lookupTool{})
 	_, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"question A"}`)
 	a := decode[httpapi.Admission](t, body)
-	s.waitRun(t, a.RunID, func(r httpapi.Run) bool { return r.State == "active" })
+	// b must come while A's first model step runs: an input that comes
+	// before it is taken at the run's first boundary instead.
+	select {
+	case <-s.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("A's first model step never started")
+	}
 	_, body = s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"refine b","hint":"inject"}`)
 	b := decode[httpapi.Admission](t, body)
 	s.gate <- struct{}{} // step 0 calls the tool; at the boundary A takes b
