@@ -717,6 +717,18 @@ func TestApprovalCallIDUsedAgainWaitsForItsOwnApproval(t *testing.T) {
 	if got := e.tools["ask_x"].calls(); len(got) != 1 {
 		t.Fatalf("calls before the second approval: %v", got)
 	}
+	// The first approval sent again with its key (its reply lost, say) is
+	// that approval, recorded: it does not approve the later call, which
+	// the person has not seen.
+	if res := e.answer(run, "c1", approve("k1")); !res.Duplicate || res.Resumed || res.Step.Model != 0 {
+		t.Fatalf("the first approval again: %+v", res)
+	}
+	if _, err := e.rt.Answer(context.Background(), run, "c1", host.Approval{Action: record.AnswerReject, Key: "k1"}); !errors.Is(err, host.ErrAnswered) {
+		t.Fatalf("another answer with the first approval's key: %v", err)
+	}
+	if pend := e.waiting(run, "c1"); pend[0].Step != 1 || pend[0].Approved != 0 {
+		t.Fatalf("the second call after the first approval again: pending %+v", pend[0])
+	}
 	if res := e.answer(run, "c1", approve("k2")); res.Duplicate || !res.Resumed {
 		t.Fatalf("second approval: %+v", res)
 	}

@@ -237,6 +237,11 @@ type Answer struct {
 	// records, in log order.
 	Ask   *record.Step
 	Prior []record.Step
+	// Earlier are the StepAnswer records of earlier asks about a call with
+	// the same id (a model may use an id again in a later step, ADR 0149),
+	// in log order: an answer whose key is one of theirs is that earlier
+	// answer sent again, not an answer to the later call.
+	Earlier []record.Step
 	// StepID and Seq are the answer's step record's.
 	StepID string
 	Seq    int64

@@ -151,13 +151,26 @@ func answer(s Snapshot, m Answer) (Effects, error) {
 		}
 		prior = append(prior, st.Answer)
 	}
-	// The same key again: the recorded answer, if it says the same.
+	for _, st := range m.Earlier {
+		if st.Kind != record.StepAnswer || st.RunID != m.RunID || st.Answer.CallID != a.CallID || st.Seq >= m.Ask.Seq {
+			return Effects{}, fmt.Errorf("%w: earlier step %s is not an answer to run %s's call %s before its last ask", ErrInvalid, st.ID, m.RunID, a.CallID)
+		}
+	}
+	// The same key again: the recorded answer, if it says the same. A key
+	// an answer to an earlier call with the id took is that answer's: the
+	// later call was not shown to whoever sent it.
 	if a.Key != "" {
 		if k := slices.IndexFunc(prior, func(p record.Answer) bool { return p.Key == a.Key }); k >= 0 {
 			if !sameAnswer(prior[k], a) {
 				return Effects{}, &AnsweredError{CallID: a.CallID, Recorded: prior[k], Reason: "was answered otherwise with key " + a.Key}
 			}
 			return duplicate(s, m.RunID, m.Prior[k]), nil
+		}
+		if k := slices.IndexFunc(m.Earlier, func(p record.Step) bool { return p.Answer.Key == a.Key }); k >= 0 {
+			if !sameAnswer(m.Earlier[k].Answer, a) {
+				return Effects{}, &AnsweredError{CallID: a.CallID, Recorded: m.Earlier[k].Answer, Reason: "was answered otherwise with key " + a.Key}
+			}
+			return duplicate(s, m.RunID, m.Earlier[k]), nil
 		}
 	}
 	if d, ok := Decided(ask, prior); ok {

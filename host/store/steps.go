@@ -210,9 +210,10 @@ func (s *Store) Answer(ctx context.Context, runID string, a record.Answer) (reco
 			switch {
 			case st.Kind == record.StepAsk && st.Ask.CallID == a.CallID:
 				// A model may use a call id again in a later step: the
-				// answers are those to the last ask with the id, after it.
+				// answers are those to the last ask with the id, after it;
+				// those to earlier asks keep their keys.
 				ask := st
-				m.Ask, m.Prior = &ask, nil
+				m.Ask, m.Earlier, m.Prior = &ask, append(m.Earlier, m.Prior...), nil
 			case st.Kind == record.StepAnswer && st.Answer.CallID == a.CallID:
 				m.Prior = append(m.Prior, st)
 			}
