@@ -18,7 +18,8 @@
 //
 // At run time a Module keeps a pool of instances (a wazero module is not safe
 // for concurrent use), at most Options.MaxInstances of them. Every call runs
-// under a deadline; a guest that runs past it is stopped by wazero and its
+// under a deadline; a guest that runs past it, or whose caller gives up, is
+// stopped (the module's watchdog has wazero close it, ADR 0150) and its
 // instance discarded. A call that traps, exits, exceeds the deadline, returns
 // bytes that do not decode, or returns a decision its manifest does not
 // declare is a failure: the instance is discarded (except for bad output),

@@ -53,6 +53,8 @@ func NewEngine(ctx context.Context, cfg EngineConfig) (*Engine, error) {
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(pages).
+		// Compiled guests check for closure, so a running call can be
+		// stopped; watch.go says how a call is stopped.
 		WithCloseOnContextDone(true)
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {

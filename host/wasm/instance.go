@@ -28,6 +28,14 @@ type instance struct {
 	stack             [2]uint64
 	buf               []byte
 	output            *head
+
+	// The watch of the call in flight (watch.go); gen and stopped are
+	// guarded by the module's watchdog lock.
+	cctx    callContext
+	stop    chan struct{} // closed to stop the call in flight
+	stopped error         // why the call was stopped, nil if it was not
+	gen     uint64        // counts the instance's calls
+	unwatch func() bool   // stops the watch of the caller's context
 }
 
 // newInstance starts an instance: _initialize, version check, init.
@@ -53,7 +61,9 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		step:   mod.ExportedFunction(guestabi.ExportPrepareStep),
 		tool:   mod.ExportedFunction(guestabi.ExportToolPolicy),
 		output: out,
+		stop:   make(chan struct{}),
 	}
+	inst.cctx = callContext{m: m, inst: inst}
 	if err := inst.start(lctx, m.opts.Config, m.hasInit); err != nil {
 		inst.close()
 		return nil, err

@@ -96,6 +96,8 @@ type Module struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 
+	wd watchdog
+
 	calls, failures, fallbacks, instances, discarded atomic.Uint64
 }
 
@@ -153,6 +155,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 		hasInit:  compiled.ExportedFunctions()[guestabi.ExportInit] != nil,
 		idle:     make(chan *instance, opts.MaxInstances),
 		sem:      make(chan struct{}, opts.MaxInstances),
+		wd:       watchdog{busy: map[*instance]time.Time{}},
 	}
 	if len(opts.Config) > 0 && !m.hasInit {
 		compiled.Close(ctx)
@@ -314,6 +317,9 @@ func (m *Module) get(ctx context.Context) (*instance, error) {
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case m.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -352,14 +358,6 @@ func (m *Module) fail(hook string, err error, fb runstate.Decision) {
 	}
 }
 
-// callCtx returns the context of one hook call: the caller's, with the call
-// deadline and the logger. The deadline covers the guest's code only, not
-// the wait for a free instance nor the start of a new one.
-func (m *Module) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
-	return context.WithValue(ctx, loggerKey{}, m.log), cancel
-}
-
 // ErrNoHook is returned by Decide and PrepareStep for a hook the guest does
 // not implement.
 var ErrNoHook = errors.New("wasm: guest does not implement this hook")
@@ -387,10 +385,8 @@ func (m *Module) decide(ctx context.Context, req *policy.Request) (runstate.Deci
 	if err != nil {
 		return runstate.Decision{}, err
 	}
-	cctx, cancel := m.callCtx(ctx)
-	defer cancel()
 	inst.buf = appendRequest(inst.buf[:0], req)
-	out, err := inst.call(cctx, inst.policy, inst.buf)
+	out, err := m.invoke(ctx, inst, inst.policy, inst.buf)
 	if err != nil {
 		m.put(inst, false)
 		return runstate.Decision{}, err
@@ -455,9 +451,7 @@ func (m *Module) prepareStep(ctx context.Context, req *step.Request) (step.Resul
 	if err != nil {
 		return step.Result{}, err
 	}
-	cctx, cancel := m.callCtx(ctx)
-	defer cancel()
-	out, err := inst.call(cctx, inst.step, in)
+	out, err := m.invoke(ctx, inst, inst.step, in)
 	if err != nil {
 		m.put(inst, false)
 		return step.Result{}, err

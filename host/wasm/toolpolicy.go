@@ -72,13 +72,11 @@ func (m *Module) decideTool(ctx context.Context, call *toolpolicy.Call) (toolpol
 	if err != nil {
 		return toolpolicy.Decision{}, err
 	}
-	cctx, cancel := m.callCtx(ctx)
-	defer cancel()
 	inst.buf = guestabi.AppendToolRequest(inst.buf[:0], &guestabi.ToolRequest{
 		Step: uint32(call.Step), Tool: call.Tool, Server: call.Server, Arguments: call.Arguments,
 		CallID: call.CallID, IdempotencyKey: call.IdempotencyKey, RunID: call.RunID, ThreadID: call.ThreadID,
 	})
-	out, err := inst.call(cctx, inst.tool, inst.buf)
+	out, err := m.invoke(ctx, inst, inst.tool, inst.buf)
 	if err != nil {
 		m.put(inst, false)
 		return toolpolicy.Decision{}, err

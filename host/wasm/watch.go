@@ -1,0 +1,168 @@
+package wasm
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// How a hook call is stopped (ADR 0150).
+//
+// The engine is built WithCloseOnContextDone, so the compiled guest checks
+// for closure at every loop header and function entry, and wazero watches
+// the context of every call in a goroutine of its own, closing the module
+// (without yet closing its resources, which the call does on its way out)
+// when that context is done. A context.WithTimeout per call made that
+// watch expensive: a timer armed and stopped, a Done channel allocated and
+// closed, a context tree wired and unwired, every time.
+//
+// Instead a call runs under its instance's callContext, whose Done channel
+// is made once per instance and closed only to stop a call (the instance is
+// then discarded, so a closed channel is never seen by a later call). Two
+// things close it: the module's watchdog, one goroutine that sleeps until
+// the earliest deadline of the calls in flight and exits when none is left,
+// and, when the caller's context can be canceled, a context.AfterFunc on
+// it. Both decide under the watchdog's lock and only for a call still in
+// flight (and, for the caller's context, still the same call: the
+// instance's generation), so a stop that races a normal return cannot touch
+// the instance once it is back in the pool.
+
+// watchdog tracks a module's calls in flight.
+type watchdog struct {
+	mu      sync.Mutex
+	busy    map[*instance]time.Time // calls in flight and their deadlines
+	running bool                    // the watch goroutine is running
+}
+
+// callContext is the context of a hook call on one instance: the caller's
+// values and the module's logger; done only when the call is stopped.
+type callContext struct {
+	m      *Module
+	inst   *instance
+	parent context.Context // the caller's context, during a call
+}
+
+func (c *callContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns the instance's stop channel. It reads only fields that are
+// set when the instance is made: wazero's watch goroutine of an earlier call
+// may call it after that call has returned.
+func (c *callContext) Done() <-chan struct{} { return c.inst.stop }
+
+func (c *callContext) Err() error {
+	c.m.wd.mu.Lock()
+	defer c.m.wd.mu.Unlock()
+	return c.inst.stopped
+}
+
+func (c *callContext) Value(key any) any {
+	if key == (loggerKey{}) {
+		return c.m.log
+	}
+	return c.parent.Value(key)
+}
+
+// invoke calls fn on inst, an instance taken from the pool, with in as its
+// request, under the call deadline and the caller's context. After an error
+// the instance must be discarded.
+func (m *Module) invoke(ctx context.Context, inst *instance, fn api.Function, in []byte) ([]byte, error) {
+	cctx := m.begin(ctx, inst)
+	out, err := inst.call(cctx, fn, in)
+	if stopped := m.end(inst); stopped != nil && err == nil {
+		// Stopped as it returned: the answer came too late.
+		err = inst.callErr(fn.Definition().ExportNames()[0], sys.NewExitError(exitCode(stopped)))
+	}
+	return out, err
+}
+
+func exitCode(err error) uint32 {
+	if err == context.DeadlineExceeded {
+		return sys.ExitCodeDeadlineExceeded
+	}
+	return sys.ExitCodeContextCanceled
+}
+
+// begin registers a call on inst and returns its context.
+func (m *Module) begin(ctx context.Context, inst *instance) context.Context {
+	wd := &m.wd
+	wd.mu.Lock()
+	inst.gen++
+	gen := inst.gen
+	wd.busy[inst] = time.Now().Add(m.opts.CallTimeout)
+	if !wd.running {
+		wd.running = true
+		go m.watch()
+	}
+	wd.mu.Unlock()
+	inst.cctx.parent = ctx
+	if ctx.Done() != nil {
+		inst.unwatch = context.AfterFunc(ctx, func() {
+			err := context.Canceled
+			if ctx.Err() == context.DeadlineExceeded {
+				err = context.DeadlineExceeded
+			}
+			wd.mu.Lock()
+			if inst.gen == gen {
+				m.stopLocked(inst, err)
+			}
+			wd.mu.Unlock()
+		})
+	}
+	return &inst.cctx
+}
+
+// end unregisters the call on inst and returns why it was stopped, or nil.
+func (m *Module) end(inst *instance) error {
+	if inst.unwatch != nil {
+		inst.unwatch()
+		inst.unwatch = nil
+	}
+	m.wd.mu.Lock()
+	delete(m.wd.busy, inst)
+	err := inst.stopped
+	m.wd.mu.Unlock()
+	inst.cctx.parent = nil
+	return err
+}
+
+// stopLocked stops the call on inst if it is still in flight; wazero's
+// watch of the call closes the module. The caller holds m.wd.mu.
+func (m *Module) stopLocked(inst *instance, err error) {
+	if _, ok := m.wd.busy[inst]; !ok || inst.stopped != nil {
+		return
+	}
+	delete(m.wd.busy, inst)
+	inst.stopped = err
+	close(inst.stop)
+}
+
+// watch stops the calls that run past their deadline. It runs while calls
+// are in flight and exits when none is left.
+func (m *Module) watch() {
+	wd := &m.wd
+	t := time.NewTimer(m.opts.CallTimeout)
+	defer t.Stop()
+	for range t.C {
+		wd.mu.Lock()
+		now := time.Now()
+		var next time.Time
+		for inst, deadline := range wd.busy {
+			switch {
+			case !now.Before(deadline):
+				m.stopLocked(inst, context.DeadlineExceeded)
+			case next.IsZero() || deadline.Before(next):
+				next = deadline
+			}
+		}
+		if next.IsZero() {
+			wd.running = false
+			wd.mu.Unlock()
+			return
+		}
+		wd.mu.Unlock()
+		t.Reset(next.Sub(now))
+	}
+}
