@@ -16,6 +16,7 @@ import (
 // draws random numbers.
 var allowedStd = map[string]bool{
 	"cmp": true, "crypto/sha256": true, "encoding/hex": true, "errors": true,
+	"bytes": true, "encoding/json": true, "reflect": true,
 	"fmt": true, "maps": true, "slices": true, "sort": true, "strconv": true,
 	"strings": true, "time": true, "unicode": true, "unicode/utf8": true,
 }

@@ -1,7 +1,10 @@
 package runstate
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/agenthost/agenthost/abi/record"
@@ -105,9 +108,31 @@ func checkAnswer(a record.Answer) error {
 	return nil
 }
 
-// sameAnswer reports whether two answers to a call say the same.
+// sameAnswer reports whether two answers to a call say the same. Edit
+// arguments are the same JSON value whatever their key order or spacing
+// (numbers as written), so that an edit recorded in another form than a
+// retry's still matches it.
 func sameAnswer(a, b record.Answer) bool {
-	return a.CallID == b.CallID && a.Action == b.Action && a.Arguments == b.Arguments && a.Text == b.Text
+	return a.CallID == b.CallID && a.Action == b.Action && a.Text == b.Text &&
+		(a.Arguments == b.Arguments || sameJSON(a.Arguments, b.Arguments))
+}
+
+// sameJSON reports whether a and b hold the same JSON value; text that is
+// not JSON is the same only as itself.
+func sameJSON(a, b string) bool {
+	va, oka := decodeJSON(a)
+	vb, okb := decodeJSON(b)
+	return oka && okb && reflect.DeepEqual(va, vb)
+}
+
+func decodeJSON(s string) (any, bool) {
+	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return nil, false
+	}
+	return v, true
 }
 
 // Decided returns the answer that decided an asked call, from its answers
