@@ -87,7 +87,10 @@ type execution struct {
 	ex    *runExec
 	run   record.Run
 	convo []record.Message // what the model has seen so far, in order
-	steps []record.Message // the run's tool exchanges, written if it completes
+	// promptLen: how many of convo are the prompt the store gave, which may
+	// share memory with its history cache and is never written.
+	promptLen int
+	steps     []record.Message // the run's tool exchanges, written if it completes
 	// taken: per queued run, the inputs this run took from it, in the order
 	// the runs were first taken from; takenAt: how many of steps the run had
 	// when it took them (where the model saw them).
@@ -146,7 +149,7 @@ func (rt *Runtime) execute(ex *runExec) {
 		}
 		return
 	}
-	e.convo = prompt
+	e.convo, e.promptLen = prompt, len(prompt)
 	for _, id := range e.run.InputMessageIDs {
 		e.seen[id] = true
 	}
@@ -783,7 +786,9 @@ func (e *execution) editCall(callID, args string) {
 			return
 		}
 	}
-	edit(e.convo)
+	// Only the run's own part: the call edited is this run's, and the
+	// prompt's messages are shared with the store's cache.
+	edit(e.convo[e.promptLen:])
 	edit(e.steps)
 }
 
