@@ -559,6 +559,12 @@ func (e *execution) interruptCalls(step int, calls []string) {
 		if !e.commitStep(step, record.StepTool, &m) {
 			if e.ex.ctx.Err() == nil && !e.ex.canceled() {
 				e.rt.log.Info("interrupting a waiting run: a result was refused; interrupting it again from its steps", "run", e.run.ID)
+				// A pause first, so that a store that keeps refusing the
+				// result is not asked again in a tight loop.
+				if !sleepCtx(e.ex.ctx, interruptRetryPause) {
+					e.stopped()
+					return
+				}
 				e.rt.coord.rearmInterrupt(e.run.ThreadID, e.run.ID)
 				return
 			}
@@ -569,6 +575,10 @@ func (e *execution) interruptCalls(step int, calls []string) {
 	}
 	e.commit(runstate.CommitTerminal{Reason: record.ReasonInterrupted, Error: errInterrupted.Error()})
 }
+
+// interruptRetryPause is how long an interrupt whose not-run result was
+// refused waits before it is tried again from the run's steps.
+const interruptRetryPause = 100 * time.Millisecond
 
 // unstorableResult replaces a tool result the store refused to keep (too
 // large, or not storable): the model sees the call failed, and the call is
