@@ -65,6 +65,10 @@ func (s *Server) CommitSteps(ctx context.Context, req *storepb.CommitStepsReques
 	return &storepb.CommitStepsResponse{}, nil
 }
 
+// maxStepsInFlight bounds the batches of one CommitStepsMany committed at
+// once. A host groups what its runs commit meanwhile, far fewer than this.
+const maxStepsInFlight = 256
+
 // CommitStepsMany implements storepb.StoreServer: each batch is committed
 // as CommitSteps would commit it, all of them concurrently, so that a
 // driver with group commit syncs them together; each gets its own result.
@@ -76,6 +80,9 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 	pbs := req.GetBatches()
 	errs := make([]error, len(pbs))
 	var wg sync.WaitGroup
+	// At most maxStepsInFlight batches of one call at once: a call of many
+	// tiny batches must not start a goroutine for each.
+	slots := make(chan struct{}, maxStepsInFlight)
 	for i, pb := range pbs {
 		// Checked here, not on the batch's goroutine: a fresh goroutine
 		// grows its stack for them, a cost per batch.
@@ -83,7 +90,11 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 			continue
 		}
 		b := StepBatchFromProto(pb)
-		wg.Go(func() { errs[i] = commitStepBatch(ctx, d, b) })
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = commitStepBatch(ctx, d, b)
+		})
 	}
 	wg.Wait()
 	res := make([]*storepb.CommitStepsResult, len(pbs))
