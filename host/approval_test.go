@@ -214,6 +214,8 @@ func TestApprovalApproveRunsOnceWithItsKey(t *testing.T) {
 	if got := e.tools["ask_delete"].calls(); len(got) != 0 {
 		t.Fatalf("asked call made before its answer: %v", got)
 	}
+	// Counted once the wait is committed, which the run shows first.
+	eventually(t, "the wait counted", func() bool { return e.rt.Stats().Waits >= 1 })
 	if st := e.rt.Stats(); st.Waits != 1 || st.ToolDecisions["ask"] != 1 || st.ToolDecisions["allow"] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -415,6 +417,9 @@ func TestApprovalTimeout(t *testing.T) {
 	if got := e.tools["ask_x"].calls(); len(got) != 0 {
 		t.Fatalf("timed-out call made: %v", got)
 	}
+	// Counted once each rejection is committed, which may be after the
+	// run it resumed has ended.
+	eventually(t, "2 approval time-outs counted", func() bool { return e.rt.Stats().ApprovalTimeouts >= 2 })
 	if st := e.rt.Stats(); st.ApprovalTimeouts != 2 {
 		t.Fatalf("timeouts %d", st.ApprovalTimeouts)
 	}
@@ -649,6 +654,9 @@ func TestApprovalTimeoutSurvivesAFailedRead(t *testing.T) {
 	if out.Answer == nil || !strings.Contains(out.Answer.Content, "result:c0=The call was not run") {
 		t.Fatalf("result %+v", out)
 	}
+	// Counted once each rejection is committed, which may be after the
+	// run it resumed has ended.
+	eventually(t, "1 approval time-outs counted", func() bool { return e.rt.Stats().ApprovalTimeouts >= 1 })
 	if st := e.rt.Stats(); st.ApprovalTimeouts != 1 {
 		t.Fatalf("timeouts %d", st.ApprovalTimeouts)
 	}
