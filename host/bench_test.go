@@ -8,8 +8,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/agenthost/agenthost/host/runstate"
 	"github.com/agenthost/agenthost/host/store"
 	"github.com/agenthost/agenthost/internal/driverrpc"
+	"github.com/agenthost/agenthost/internal/proccpu"
 	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
@@ -501,29 +500,11 @@ func BenchmarkDurableSteps(b *testing.B) {
 }
 
 // procCPU returns the CPU time (user and system) the process pid has used,
-// from /proc, or -1 where that cannot be read.
+// or -1 where that cannot be read.
 func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return -1
-	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := proccpu.Of(pid)
 	if err != nil {
 		return -1
 	}
-	// pid (comm) state ppid ... utime stime: fields 14 and 15.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ, 100 on Linux
+	return d
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agenthost/agenthost/internal/pgtest"
+	"github.com/agenthost/agenthost/internal/proccpu"
 	"github.com/agenthost/agenthost/soak"
 )
 
@@ -97,11 +98,11 @@ func BenchmarkHostsCPU(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h, err := procCPU(s.Pid())
+			h, err := proccpu.Of(s.Pid())
 			if err != nil {
 				b.Fatal(err)
 			}
-			dr, err := procCPU(dp)
+			dr, err := proccpu.Of(dp)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -187,31 +188,3 @@ func stopGently(b *testing.B, srv *soak.Server) {
 		b.Error("the profiled host did not stop within a minute of SIGTERM")
 	}
 }
-
-// procCPU is the user and system CPU time process pid used.
-func procCPU(pid int) (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command's closing parenthesis: state is the
-	// first (field 3), utime and stime are fields 14 and 15.
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
-	}
-	var ticks int64
-	for _, x := range f[11:13] {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times:
-// 100 on every Linux architecture Go supports.
-const clockTicks = 100

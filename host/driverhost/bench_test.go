@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/internal/driverrpc"
+	"github.com/agenthost/agenthost/internal/proccpu"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
 )
 
@@ -81,31 +80,12 @@ func BenchmarkRoundTrip(b *testing.B) {
 	})
 }
 
-// cpuTime returns the user and system CPU time process pid has used, from
-// /proc (in clock ticks of 10 ms, the kernel's USER_HZ), or -1 where it
-// cannot be read.
+// cpuTime returns the user and system CPU time process pid has used, or -1
+// where it cannot be read.
 func cpuTime(pid int) time.Duration {
-	if pid <= 0 {
-		return -1
-	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := proccpu.Of(pid)
 	if err != nil {
 		return -1
 	}
-	// pid (comm) state ppid ... utime stime: fields 14 and 15.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return -1
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
