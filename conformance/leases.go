@@ -298,20 +298,28 @@ func (c *C) watch(rule string, l driver.Leaser) (<-chan driver.Notice, context.C
 
 // receive waits for notice want on ch, skipping others.
 func (c *C) receive(rule string, ch <-chan driver.Notice, want driver.Notice) {
+	c.await(rule, ch, fmt.Sprintf("%+v", want), func(n driver.Notice) bool {
+		return reflect.DeepEqual(n, want) || (len(n.Settled) == 0 && len(want.Settled) == 0 && n.ThreadID == want.ThreadID &&
+			n.Owner == want.Owner && n.InterruptRunID == want.InterruptRunID && n.RunID == want.RunID && n.ReplyTo == want.ReplyTo)
+	})
+}
+
+// await returns the first notice on ch that match accepts, skipping
+// others; what names the notice awaited in failures.
+func (c *C) await(rule string, ch <-chan driver.Notice, what string, match func(driver.Notice) bool) driver.Notice {
 	t := time.NewTimer(noticeWait)
 	defer t.Stop()
 	for {
 		select {
 		case n, ok := <-ch:
 			if !ok {
-				c.Fatalf(rule, "the watch ended before notice %+v came", want)
+				c.Fatalf(rule, "the watch ended before notice %s came", what)
 			}
-			if reflect.DeepEqual(n, want) || (len(n.Settled) == 0 && len(want.Settled) == 0 && n.ThreadID == want.ThreadID &&
-				n.Owner == want.Owner && n.InterruptRunID == want.InterruptRunID && n.RunID == want.RunID && n.ReplyTo == want.ReplyTo) {
-				return
+			if match(n) {
+				return n
 			}
 		case <-t.C:
-			c.Fatalf(rule, "notice %+v, sent after Watch returned, did not come within %v", want, noticeWait)
+			c.Fatalf(rule, "notice %s, sent after Watch returned, did not come within %v", what, noticeWait)
 		}
 	}
 }
@@ -440,32 +448,17 @@ func recordsNotice(thread string, size int) driver.Notice {
 // receiveRecords waits for notice want on ch (by its thread), and checks
 // that its fields came intact, its records either intact or all left out.
 func (c *C) receiveRecords(rule string, ch <-chan driver.Notice, want driver.Notice) {
-	t := time.NewTimer(noticeWait)
-	defer t.Stop()
-	for {
-		select {
-		case n, ok := <-ch:
-			if !ok {
-				c.Fatalf(rule, "the watch ended before notice %s came", want.ThreadID)
-			}
-			if n.ThreadID != want.ThreadID {
-				continue
-			}
-			if n.Owner != want.Owner || n.Wake != want.Wake || n.RunID != want.RunID || n.ReplyTo != want.ReplyTo ||
-				n.InterruptRunID != want.InterruptRunID || len(n.Settled) != len(want.Settled) {
-				c.Fatalf(rule, "notice %s came as %+v, want its fields as sent", want.ThreadID, n)
-			}
-			if n.Thread.ID == "" && len(n.Runs) == 0 && len(n.Messages) == 0 {
-				return // left out: allowed
-			}
-			if !sameThread(n.Thread, want.Thread) || len(n.Runs) != len(want.Runs) || len(n.Messages) != len(want.Messages) ||
-				!sameRun(n.Runs[0], want.Runs[0]) || !sameMessage(n.Messages[0], want.Messages[0]) {
-				c.Fatalf(rule, "notice %s came with records %+v %+v %+v, want them as sent or not at all", want.ThreadID, n.Thread, n.Runs, n.Messages)
-			}
-			return
-		case <-t.C:
-			c.Fatalf(rule, "notice %s, sent after Watch returned, did not come within %v", want.ThreadID, noticeWait)
-		}
+	n := c.await(rule, ch, want.ThreadID, func(n driver.Notice) bool { return n.ThreadID == want.ThreadID })
+	if n.Owner != want.Owner || n.Wake != want.Wake || n.RunID != want.RunID || n.ReplyTo != want.ReplyTo ||
+		n.InterruptRunID != want.InterruptRunID || len(n.Settled) != len(want.Settled) {
+		c.Fatalf(rule, "notice %s came as %+v, want its fields as sent", want.ThreadID, n)
+	}
+	if n.Thread.ID == "" && len(n.Runs) == 0 && len(n.Messages) == 0 {
+		return // left out: allowed
+	}
+	if !sameThread(n.Thread, want.Thread) || len(n.Runs) != len(want.Runs) || len(n.Messages) != len(want.Messages) ||
+		!sameRun(n.Runs[0], want.Runs[0]) || !sameMessage(n.Messages[0], want.Messages[0]) {
+		c.Fatalf(rule, "notice %s came with records %+v %+v %+v, want them as sent or not at all", want.ThreadID, n.Thread, n.Runs, n.Messages)
 	}
 }
 
