@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
@@ -126,7 +127,18 @@ func (a Approval) answerRecord(callID string) (record.Answer, error) {
 // canonical form (compact, object keys sorted, numbers as written), so
 // that the same edit sent twice compares equal whatever its spacing and
 // key order.
+//
+// Input the canonical form would silently change is refused instead: a
+// key repeated in one object (a decoder keeps the last, so the tool would
+// run with a value the person may not have meant) and text that is not
+// valid UTF-8 (a decoder replaces it).
 func canonicalObject(s string) (string, error) {
+	if !utf8.ValidString(s) {
+		return "", fmt.Errorf("%w: edit's arguments are not valid UTF-8", ErrInvalid)
+	}
+	if err := uniqueKeys(s); err != nil {
+		return "", err
+	}
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.UseNumber() // numbers as written: no float rounding
 	var v any
@@ -146,6 +158,48 @@ func canonicalObject(s string) (string, error) {
 		return "", fmt.Errorf("%w: edit's arguments: %v", ErrInvalid, err)
 	}
 	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// uniqueKeys walks the JSON text s token by token and refuses an object
+// that names a key twice, at any depth. Syntax errors are left to the
+// decoder that follows, which reports them in full.
+func uniqueKeys(s string) error {
+	type frame struct {
+		keys      map[string]bool // nil for an array
+		expectKey bool
+	}
+	var stack []frame
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // end of input, or a syntax error the decoder reports
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].keys != nil {
+			if stack[top].expectKey {
+				if key, ok := tok.(string); ok {
+					if stack[top].keys[key] {
+						return fmt.Errorf("%w: edit's arguments name the key %q twice in one object", ErrInvalid, key)
+					}
+					stack[top].keys[key] = true
+					stack[top].expectKey = false
+					continue
+				}
+			} else {
+				stack[top].expectKey = true // this token is the key's value
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{keys: map[string]bool{}, expectKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 func jsonKind(v any) string {

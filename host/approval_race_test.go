@@ -358,21 +358,22 @@ func TestApprovalSharedLostResumeNotice(t *testing.T) {
 }
 
 // An edit repeated with its key is the recorded one whatever the order of
-// its keys and its spacing: the arguments are kept in canonical form.
+// its keys and its spacing: the arguments are kept in canonical form. A key
+// may appear once in each object, however many objects name it.
 func TestApprovalEditRepeatedInAnotherKeyOrder(t *testing.T) {
 	e := newApprovalEnv(t, memdriver.New(), []string{"ask_a"}, nil)
 	run := e.submit("T", "go", "")
 	e.waiting(run, "c0")
-	first := e.answer(run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `{"b": [1, {"y":2,"x":1}], "a": 12345678901234567890, "h": "<&>"}`, Key: "e"})
-	if want := `{"a":12345678901234567890,"b":[1,{"x":1,"y":2}],"h":"<&>"}`; first.Step.Answer.Arguments != want {
+	first := e.answer(run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `{"b": [1, {"y":2,"x":1}, {"x":3}], "x": 0, "a": 12345678901234567890, "h": "<&>"}`, Key: "e"})
+	if want := `{"a":12345678901234567890,"b":[1,{"x":1,"y":2},{"x":3}],"h":"<&>","x":0}`; first.Step.Answer.Arguments != want {
 		t.Fatalf("recorded arguments %s, want %s", first.Step.Answer.Arguments, want)
 	}
-	again, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `{"h":"<&>","a":12345678901234567890,"b":[1,{"x":1,"y":2}]}`, Key: "e"})
+	again, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `{"h":"<&>","x":0,"a":12345678901234567890,"b":[1,{"x":1,"y":2},{"x":3}]}`, Key: "e"})
 	if err != nil || !again.Duplicate || again.Step.ID != first.Step.ID {
 		t.Fatalf("the same edit in another key order: %+v %v", again, err)
 	}
 	e.result(run)
-	if got := e.tools["ask_a"].calls(); len(got) != 1 || !strings.HasSuffix(got[0], `{"a":12345678901234567890,"b":[1,{"x":1,"y":2}],"h":"<&>"}`) {
+	if got := e.tools["ask_a"].calls(); len(got) != 1 || !strings.HasSuffix(got[0], `{"a":12345678901234567890,"b":[1,{"x":1,"y":2},{"x":3}],"h":"<&>","x":0}`) {
 		t.Fatalf("calls %v", got)
 	}
 }

@@ -304,6 +304,19 @@ func TestApprovalEditRejectRespondDeny(t *testing.T) {
 	if _, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: `[1]`}); !errors.Is(err, host.ErrInvalid) {
 		t.Fatalf("edit with an array: %v", err)
 	}
+	// What the canonical form would silently change is refused.
+	for _, bad := range []string{
+		`{"n": 1, "n": 42}`,
+		`{"o": {"a": 1, "b": 2, "a": 3}}`,
+		`{"l": [{"a": 1}, {"a": 1, "a": 1}]}`,
+		"{\"n\": \"\xff\"}",
+		`{"n": 1} {"m": 2}`,
+		`{"n": `,
+	} {
+		if _, err := e.rt.Answer(context.Background(), run, "c0", host.Approval{Action: record.AnswerEdit, Arguments: bad}); !errors.Is(err, host.ErrInvalid) {
+			t.Fatalf("edit with %q: %v", bad, err)
+		}
+	}
 	if _, err := e.rt.Answer(context.Background(), run, "c2", host.Approval{Action: record.AnswerRespond}); !errors.Is(err, host.ErrInvalid) {
 		t.Fatalf("respond without a message: %v", err)
 	}
