@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -221,27 +220,6 @@ func TestApprovalInterruptRacingAnAnswer(t *testing.T) {
 	e.waiting(next, "c0", "c1") // the thread goes on
 }
 
-// rendezvousHome is the lease epoch, of epochs, a thread belongs with (ADR
-// 0143): the host's own rendezvous hashing, as the tests' oracle.
-func rendezvousHome(threadID string, epochs ...int64) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(threadID))
-	t := h.Sum64()
-	score := func(e int64) uint64 {
-		z := t ^ (uint64(e) * 0x9e3779b97f4a7c15)
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		return z ^ (z >> 31)
-	}
-	best := epochs[0]
-	for _, e := range epochs[1:] {
-		if sc, bs := score(e), score(best); sc > bs || (sc == bs && e > best) {
-			best = e
-		}
-	}
-	return best
-}
-
 // An interrupt admitted while the waiting run's host is gone and nobody
 // has taken it over yet goes, in the notice to the thread's home, to the
 // host that takes the run over: the home remembers it while the run is
@@ -270,7 +248,7 @@ func testInterruptToTheHome(t *testing.T, byHome bool) {
 	a := newApprovalEnv(t, da, []string{"ask_x"}, shared("A"))
 	b := newApprovalEnv(t, db, []string{"ask_x"}, shared("B"))
 	home, other, dh, do := a, b, da, db
-	if rendezvousHome("T", a.rt.LeaseEpoch(), b.rt.LeaseEpoch()) == b.rt.LeaseEpoch() {
+	if host.HomeOf("T", a.rt.LeaseEpoch(), b.rt.LeaseEpoch()) == b.rt.LeaseEpoch() {
 		home, other, dh, do = b, a, db, da
 	}
 	// One host's takeover waits for the test; the other's is refused.

@@ -205,13 +205,19 @@ func (k *leaseKeeper) home(threadID string) int64 {
 	if !k.fenced {
 		return me
 	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return homeOf(threadID, me, k.epochs)
+}
+
+// homeOf is the epoch, of me and others, whose rendezvous score for the
+// thread is highest; a tie goes to the larger epoch.
+func homeOf(threadID string, me int64, others []int64) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(threadID))
 	t := h.Sum64()
 	best, bestScore := me, rendezvous(t, me)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, e := range k.epochs {
+	for _, e := range others {
 		if sc := rendezvous(t, e); sc > bestScore || (sc == bestScore && e > best) {
 			best, bestScore = e, sc
 		}
