@@ -2,12 +2,14 @@ package pgdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"google.golang.org/protobuf/proto"
 
@@ -218,9 +220,15 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 		return versions, errs
 	}
 	defer d.leave()
-	// Members a serialization failure or deadlock rolled back are sent
-	// again, never reported as a conflict: the host would read the thread
-	// for nothing, and a run's take would count it as refused.
+	if d.sendGroup(ctx, bs, as, order, versions, errs) {
+		return versions, errs
+	}
+	// The group as commit_group rolled back whole: a write of a member
+	// failed. Sent again as one commit_batch3_try per member, each in a
+	// subtransaction, the members are told apart. Members a serialization
+	// failure or deadlock rolled back are sent again, never reported as a
+	// conflict: the host would read the thread for nothing, and a run's
+	// take would count it as refused.
 	resendRolledBack(order, func(order []int) []rolledBackMember[int] {
 		return d.sendMany(ctx, bs, as, order, versions, errs)
 	}, func(i int, err error) { errs[i] = err }, func(i int, state, msg string) error {
@@ -228,6 +236,154 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 			driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, msg, state)
 	})
 	return versions, errs
+}
+
+// groupArgs are the arguments of one commit_group call: the batches of a
+// round, flattened (see migration4).
+type groupArgs struct {
+	threads, commitIDs                []string
+	expected, versions, fences, owner []int64
+	headers                           [][]byte
+	firstSeqs, lastSeqs               []int64
+	openBatch                         []int32
+	openIDs                           []string
+	runBatch                          []int32
+	runIDs, runStates, runOwners      []string
+	runSeqs, runAttempts              []int64
+	runs                              [][]byte
+	msgBatch                          []int32
+	msgSeqs                           []int64
+	msgIDs                            []string
+	msgs                              [][]byte
+	keyBatch                          []int32
+	keys                              []string
+	keyPayloads                       [][]byte
+	stepBatch                         []int32
+	stepRuns, stepIDs                 []string
+	stepSeqs                          []int64
+	steps                             [][]byte
+}
+
+func (g *groupArgs) add(a *args) {
+	g.threads = append(g.threads, a.threadID)
+	g.commitIDs = append(g.commitIDs, a.commitID)
+	g.expected = append(g.expected, a.expected)
+	g.versions = append(g.versions, a.version)
+	g.fences = append(g.fences, a.fence)
+	g.owner = append(g.owner, a.owner)
+	g.headers = append(g.headers, a.header)
+	g.firstSeqs = append(g.firstSeqs, a.firstSeq)
+	g.lastSeqs = append(g.lastSeqs, a.lastSeq)
+	b := int32(len(g.threads)) // 1-based, as PostgreSQL's arrays
+	for _, id := range a.openRunIDs {
+		g.openBatch, g.openIDs = append(g.openBatch, b), append(g.openIDs, id)
+	}
+	for i := range a.runIDs {
+		g.runBatch = append(g.runBatch, b)
+		g.runIDs, g.runStates, g.runOwners = append(g.runIDs, a.runIDs[i]), append(g.runStates, a.runStates[i]), append(g.runOwners, a.runOwners[i])
+		g.runSeqs, g.runAttempts, g.runs = append(g.runSeqs, a.runSeqs[i]), append(g.runAttempts, a.runAttempts[i]), append(g.runs, a.runs[i])
+	}
+	for i := range a.msgIDs {
+		g.msgBatch = append(g.msgBatch, b)
+		g.msgSeqs, g.msgIDs, g.msgs = append(g.msgSeqs, a.msgSeqs[i]), append(g.msgIDs, a.msgIDs[i]), append(g.msgs, a.msgs[i])
+	}
+	for i := range a.keys {
+		g.keyBatch = append(g.keyBatch, b)
+		g.keys, g.keyPayloads = append(g.keys, a.keys[i]), append(g.keyPayloads, a.keyPayloads[i])
+	}
+	for i := range a.stepIDs {
+		g.stepBatch = append(g.stepBatch, b)
+		g.stepRuns, g.stepSeqs = append(g.stepRuns, a.stepRuns[i]), append(g.stepSeqs, a.stepSeqs[i])
+		g.stepIDs, g.steps = append(g.stepIDs, a.stepIDs[i]), append(g.steps, a.steps[i])
+	}
+}
+
+// rounds splits order (sorted by thread) into rounds of distinct threads:
+// the first batch of each thread, then the second, and so on, each round
+// still in thread order. A round's threads are locked by the rounds
+// before it, or are new to the transaction in thread order: two groups
+// never wait for each other in a cycle.
+func rounds(bs []driver.Batch, order []int) [][]int {
+	var out [][]int
+	prev := 0
+	for k, i := range order {
+		r := 0
+		if k > 0 && bs[order[k-1]].ThreadID == bs[i].ThreadID {
+			r = prev + 1
+		}
+		prev = r
+		if r == len(out) {
+			out = append(out, nil)
+		}
+		out[r] = append(out[r], i)
+	}
+	return out
+}
+
+// sendGroup sends the batches bs[i], i in order, as one transaction of
+// commit_group calls, one a round (see rounds), and sets versions[i] or
+// errs[i] for each. It returns false, having set nothing, when the
+// server refused the transaction with an error, which rolled it back
+// whole: a member's write failed, and CommitMany sends the members again
+// one by one, in subtransactions.
+func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, as []*args, order []int, versions []int64, errs []error) bool {
+	rs := rounds(bs, order)
+	gs := make([]groupArgs, len(rs))
+	for r, round := range rs {
+		for _, i := range round {
+			gs[r].add(as[i])
+		}
+	}
+	states := make([][]pgtype.Text, len(rs))
+	messages := make([][]pgtype.Text, len(rs))
+	sent := false
+	err := d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
+		sent = false
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		batch := &pgx.Batch{}
+		for r := range gs {
+			g := &gs[r]
+			states[r], messages[r] = nil, nil
+			batch.Queue(d.sql.commitGroup, g.threads, g.expected, g.versions, g.fences, g.owner,
+				g.commitIDs, g.headers, g.firstSeqs, g.lastSeqs,
+				g.openBatch, g.openIDs,
+				g.runBatch, g.runIDs, g.runStates, g.runSeqs, g.runs, g.runOwners, g.runAttempts,
+				g.msgBatch, g.msgSeqs, g.msgIDs, g.msgs,
+				g.keyBatch, g.keys, g.keyPayloads,
+				g.stepBatch, g.stepRuns, g.stepSeqs, g.stepIDs, g.steps).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&states[r], &messages[r])
+			})
+		}
+		sent = true
+		return conn.SendBatch(ctx, batch).Close()
+	})
+	var pe *pgconn.PgError
+	if err != nil && sent && errors.As(err, &pe) && pe.Severity == "ERROR" && pe.Code != "40003" && !connectionLost(err) {
+		return false
+	}
+	for r, round := range rs {
+		for j, i := range round {
+			switch {
+			case err == nil && (j >= len(states[r]) || j >= len(messages[r])):
+				errs[i] = fmt.Errorf("%w: pgstore: commit %s of thread %s: commit_group answered %d outcomes for %d batches; read the thread's LastCommitID",
+					driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, len(states[r]), len(round))
+			case err == nil && !states[r][j].Valid:
+				versions[i] = bs[i].Thread.Version
+			case err == nil:
+				errs[i] = mapError(&pgconn.PgError{Code: states[r][j].String, Message: messages[r][j].String})
+			case sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil):
+				errs[i] = fmt.Errorf("%w: pgstore: commit %s of thread %s (in a group of %d): outcome unknown (%v); read the thread's LastCommitID",
+					driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, len(order), err)
+			default:
+				errs[i] = mapOpError(ctx, err)
+			}
+		}
+	}
+	return true
 }
 
 // sendMany sends the batches bs[i], i in order, as one transaction and

@@ -63,7 +63,8 @@ var (
 // each on every connection the first time it runs there, and runs the
 // prepared statement afterwards.
 type statements struct {
-	commit, commitTry, loadThread, getRuns, getIdem, history   string
+	commit, commitTry, commitGroup, loadThread, getRuns        string
+	getIdem, history                                           string
 	listRuns, stepsTry, readSteps, threads                     string
 	acquire, gcLeases, renew, release, leases, notify, channel string
 }
@@ -79,11 +80,12 @@ func params(n int) string {
 
 func newStatements(s, schema string) statements {
 	return statements{
-		commit:    "SELECT " + s + ".commit_batch3(" + params(25) + ")",
-		commitTry: "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_batch3_try(" + params(25) + ")",
-		stepsTry:  "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_steps_try(" + params(8) + ")",
-		readSteps: "SELECT payload FROM " + s + ".steps WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-		threads:   "SELECT payload FROM " + s + ".threads WHERE id > $1 ORDER BY id LIMIT $2",
+		commit:      "SELECT " + s + ".commit_batch3(" + params(25) + ")",
+		commitTry:   "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_batch3_try(" + params(25) + ")",
+		commitGroup: "SELECT o_states, o_messages FROM " + s + ".commit_group(" + params(30) + ")",
+		stepsTry:    "SELECT o_state, o_constraint, o_message, o_detail FROM " + s + ".commit_steps_try(" + params(8) + ")",
+		readSteps:   "SELECT payload FROM " + s + ".steps WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+		threads:     "SELECT payload FROM " + s + ".threads WHERE id > $1 ORDER BY id LIMIT $2",
 		loadThread: "SELECT t.payload, o.id, r.payload FROM " + s + ".threads t " +
 			"LEFT JOIN LATERAL unnest(t.open_run_ids) WITH ORDINALITY AS o(id, n) ON true " +
 			"LEFT JOIN " + s + ".runs r ON r.id = o.id " +

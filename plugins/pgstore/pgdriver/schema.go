@@ -28,10 +28,171 @@ var migrations = []migration{
 	{1, "threads, runs, messages, idempotency, leases; commit_batch, renew_lease", migration1},
 	{2, "commit_batch_try, for several batches in one transaction", migration2},
 	{3, "steps; runs.owner, runs.attempt; commit_batch3, commit_steps (store protocol 2)", migration3},
+	{4, "commit_group, the batches of a group in one statement", migration4},
 }
 
 // SchemaVersion is the schema version this driver migrates to.
 var SchemaVersion = migrations[len(migrations)-1].version
+
+// migration4 adds commit_group: the batches of a group (CommitMany) of
+// distinct threads in one statement, with no subtransaction. The checks of
+// commit_batch3 (version, fence, history, steps) are reads, made for every
+// batch first: a batch that fails one is refused and writes nothing. The
+// batches that pass are then written together, one statement per table
+// for the whole group. A write that fails (a unique violation: a duplicate
+// idempotency key, message, step, or a run of another thread) raises, and
+// the whole transaction rolls back: the driver then sends the group again
+// as commit_batch3_try calls, each in a subtransaction, which tell the
+// batches apart. A batch's rows in the flat arrays carry the batch's
+// ordinal (1-based) in the matching *_batch array.
+const migration4 = `
+CREATE FUNCTION {{s}}.commit_group(
+	p_thread text[], p_expected bigint[], p_version bigint[], p_fence bigint[], p_owner bigint[],
+	p_commit_id text[], p_header bytea[], p_first_seq bigint[], p_last_seq bigint[],
+	p_open_batch int[], p_open_ids text[],
+	p_run_batch int[], p_run_ids text[], p_run_states text[], p_run_seqs bigint[], p_runs bytea[],
+	p_run_owners text[], p_run_attempts bigint[],
+	p_msg_batch int[], p_msg_seqs bigint[], p_msg_ids text[], p_msgs bytea[],
+	p_key_batch int[], p_keys text[], p_key_payloads bytea[],
+	p_step_batch int[], p_step_runs text[], p_step_seqs bigint[], p_step_ids text[], p_steps bytea[],
+	OUT o_states text[], OUT o_messages text[]
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_nb      int := coalesce(cardinality(p_thread), 0);
+	v_ok      boolean[];
+	v_ver     bigint[];
+	v_own     bigint[];
+	v_last    bigint[];
+	v_live    bigint[];
+	v_steps   text[];   -- per batch: why its steps do not start at the next seq, or null
+	v_expires timestamptz;
+	v_cnt     bigint;
+	v_i       int;
+	v_rec     record;
+BEGIN
+	o_states := array_fill(NULL::text, ARRAY[v_nb]);
+	o_messages := array_fill(NULL::text, ARRAY[v_nb]);
+	v_steps := array_fill(NULL::text, ARRAY[v_nb]);
+	IF (SELECT count(DISTINCT x.id) FROM unnest(p_thread) AS x(id)) <> v_nb THEN
+		RAISE EXCEPTION USING ERRCODE = 'AH400', MESSAGE = 'commit_group: a thread appears twice in the group';
+	END IF;
+
+	-- The threads' rows, locked in id order (as a group of commit_batch3
+	-- calls locks them) until the transaction ends; then read (READ
+	-- COMMITTED: a snapshot per statement, after the commits before).
+	PERFORM 1 FROM {{s}}.threads t WHERE t.id = ANY(p_thread) ORDER BY t.id FOR UPDATE;
+	SELECT array_agg(coalesce(t.version, 0) ORDER BY x.n), array_agg(coalesce(t.owner, 0) ORDER BY x.n),
+			array_agg(coalesce(t.last_seq, 0) ORDER BY x.n)
+		INTO v_ver, v_own, v_last
+		FROM unnest(p_thread) WITH ORDINALITY AS x(id, n) LEFT JOIN {{s}}.threads t ON t.id = x.id;
+	-- The fences' leases live now, by the database's clock after the wait
+	-- for the rows above (clock_timestamp(), not now()).
+	SELECT coalesce(array_agg(l.epoch), '{}') INTO v_live FROM {{s}}.leases l
+		WHERE l.epoch = ANY(p_fence) AND l.expires_at > clock_timestamp();
+	-- Each run's steps start at the next seq of its log.
+	IF coalesce(cardinality(p_step_runs), 0) > 0 THEN
+		FOR v_rec IN
+			SELECT f.b, f.run, f.seq, coalesce((SELECT max(st.seq) FROM {{s}}.steps st WHERE st.run_id = f.run), 0) AS last
+			FROM (SELECT DISTINCT ON (x.b, x.run) x.b, x.run, x.seq
+				FROM unnest(p_step_batch, p_step_runs, p_step_seqs) WITH ORDINALITY AS x(b, run, seq, n)
+				ORDER BY x.b, x.run, x.n) f
+		LOOP
+			IF v_rec.seq <> v_rec.last + 1 AND v_steps[v_rec.b] IS NULL THEN
+				v_steps[v_rec.b] := format('step seq %s of run %s is not the next (%s)', v_rec.seq, v_rec.run, v_rec.last + 1);
+			END IF;
+		END LOOP;
+	END IF;
+
+	-- The checks of each batch, in commit_batch3's order; a new thread's
+	-- row is written here, so that a concurrent first commit refuses it.
+	FOR v_i IN 1..v_nb LOOP
+		IF v_ver[v_i] <> p_expected[v_i] THEN
+			o_states[v_i] := 'AH409';
+			o_messages[v_i] := format('thread %s is at version %s, the batch expects %s', p_thread[v_i], v_ver[v_i], p_expected[v_i]);
+		ELSIF p_fence[v_i] = 0 AND p_owner[v_i] <> v_own[v_i] THEN
+			o_states[v_i] := 'AH403';
+			o_messages[v_i] := format('an unfenced commit may not change the owner of thread %s (%s to %s)', p_thread[v_i], v_own[v_i], p_owner[v_i]);
+		ELSIF p_fence[v_i] <> 0 AND NOT p_fence[v_i] = ANY(v_live) THEN
+			o_states[v_i] := 'AH403';
+			o_messages[v_i] := format('lease %s is not live', p_fence[v_i]);
+		ELSE
+			IF p_fence[v_i] <> 0 AND v_own[v_i] <> 0 AND v_own[v_i] <> p_fence[v_i] THEN
+				-- Taking the thread over from another lease, which must be
+				-- dead: its row is locked and read again (see commit_batch3).
+				SELECT l.expires_at INTO v_expires FROM {{s}}.leases l WHERE l.epoch = v_own[v_i] FOR SHARE;
+				IF FOUND AND v_expires > clock_timestamp() THEN
+					o_states[v_i] := 'AH403';
+					o_messages[v_i] := format('thread %s is owned by live lease %s', p_thread[v_i], v_own[v_i]);
+				END IF;
+			END IF;
+			IF o_states[v_i] IS NOT NULL THEN
+				NULL;
+			ELSIF p_first_seq[v_i] > 0 AND p_first_seq[v_i] <= v_last[v_i] THEN
+				o_states[v_i] := 'AH400';
+				o_messages[v_i] := format('message seq %s of thread %s is not after the history (at seq %s)', p_first_seq[v_i], p_thread[v_i], v_last[v_i]);
+			ELSIF v_steps[v_i] IS NOT NULL THEN
+				o_states[v_i] := 'AH409';
+				o_messages[v_i] := v_steps[v_i];
+			ELSIF p_expected[v_i] = 0 THEN
+				INSERT INTO {{s}}.threads (id, version, owner, last_commit_id, last_seq, open_run_ids, committed_at, payload)
+					VALUES (p_thread[v_i], p_version[v_i], p_owner[v_i], p_commit_id[v_i], greatest(p_last_seq[v_i], 0),
+						(SELECT coalesce(array_agg(o.id ORDER BY o.n), '{}') FROM unnest(p_open_batch, p_open_ids) WITH ORDINALITY AS o(b, id, n) WHERE o.b = v_i),
+						clock_timestamp(), p_header[v_i])
+					ON CONFLICT (id) DO NOTHING;
+				IF NOT FOUND THEN
+					o_states[v_i] := 'AH409';
+					o_messages[v_i] := format('thread %s was first written by a concurrent commit', p_thread[v_i]);
+				END IF;
+			END IF;
+		END IF;
+	END LOOP;
+	v_ok := ARRAY(SELECT x.s IS NULL FROM unnest(o_states) WITH ORDINALITY AS x(s, n) ORDER BY x.n);
+
+	-- The writes of the batches that passed, one statement per table.
+	WITH o AS (
+		SELECT y.b, array_agg(y.id ORDER BY y.n) AS ids
+		FROM unnest(p_open_batch, p_open_ids) WITH ORDINALITY AS y(b, id, n) GROUP BY y.b
+	)
+	UPDATE {{s}}.threads t SET version = x.version, owner = x.owner, last_commit_id = x.commit_id,
+			last_seq = greatest(t.last_seq, x.last_seq), open_run_ids = coalesce(o.ids, '{}'),
+			committed_at = clock_timestamp(), payload = x.header
+		FROM unnest(p_thread, p_expected, p_version, p_owner, p_commit_id, p_last_seq, p_header)
+			WITH ORDINALITY AS x(id, expected, version, owner, commit_id, last_seq, header, n)
+			LEFT JOIN o ON o.b = x.n
+		WHERE t.id = x.id AND x.expected <> 0 AND v_ok[x.n];
+	IF coalesce(cardinality(p_keys), 0) > 0 THEN
+		INSERT INTO {{s}}.idempotency (thread_id, key, payload)
+			SELECT p_thread[k.b], k.key, k.payload FROM unnest(p_key_batch, p_keys, p_key_payloads) AS k(b, key, payload)
+			WHERE v_ok[k.b];
+	END IF;
+	IF coalesce(cardinality(p_msg_ids), 0) > 0 THEN
+		INSERT INTO {{s}}.messages (thread_id, seq, id, payload)
+			SELECT p_thread[m.b], m.seq, m.id, m.payload FROM unnest(p_msg_batch, p_msg_seqs, p_msg_ids, p_msgs) AS m(b, seq, id, payload)
+			WHERE v_ok[m.b];
+	END IF;
+	IF coalesce(cardinality(p_run_ids), 0) > 0 THEN
+		INSERT INTO {{s}}.runs AS r (id, thread_id, state, seq, payload, owner, attempt)
+			SELECT x.id, p_thread[x.b], x.state, x.seq, x.payload, x.owner, x.attempt
+				FROM unnest(p_run_batch, p_run_ids, p_run_states, p_run_seqs, p_runs, p_run_owners, p_run_attempts)
+					AS x(b, id, state, seq, payload, owner, attempt)
+				WHERE v_ok[x.b]
+			ON CONFLICT (id) DO UPDATE SET state = excluded.state, seq = excluded.seq, payload = excluded.payload,
+					owner = excluded.owner, attempt = excluded.attempt
+				WHERE r.thread_id = excluded.thread_id;
+		GET DIAGNOSTICS v_cnt = ROW_COUNT;
+		IF v_cnt <> (SELECT count(*) FROM unnest(p_run_batch) AS x(b) WHERE v_ok[x.b]) THEN
+			RAISE EXCEPTION USING ERRCODE = 'AH400', MESSAGE = 'a run of the group belongs to another thread than its batch''s';
+		END IF;
+	END IF;
+	IF coalesce(cardinality(p_step_ids), 0) > 0 THEN
+		INSERT INTO {{s}}.steps (run_id, seq, id, thread_id, payload)
+			SELECT x.run, x.seq, x.id, p_thread[x.b], x.payload
+				FROM unnest(p_step_batch, p_step_runs, p_step_seqs, p_step_ids, p_steps) AS x(b, run, seq, id, payload)
+				WHERE v_ok[x.b];
+	END IF;
+END
+$fn$;
+`
 
 // migration3 is store protocol 2: the steps table (driver.StepStore), the
 // runs' owner and attempt as columns (CommitSteps checks them), and
