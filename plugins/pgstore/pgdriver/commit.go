@@ -185,10 +185,12 @@ var _ driver.ManyCommitter = (*Driver)(nil)
 
 // CommitMany implements driver.ManyCommitter: the batches that a host
 // sends together share one transaction, and so one round trip and one flush
-// of the write-ahead log, each still applied or refused on its own
-// (commit_batch_try runs it in a subtransaction). They are applied in
-// thread order (stable: batches of one thread keep theirs), so that two
-// groups lock their threads in the same order and never deadlock.
+// of the write-ahead log, each still applied or refused on its own. They
+// are applied in thread order (stable: batches of one thread keep theirs),
+// so that two groups lock their threads in the same order and never
+// deadlock: as commit_group calls (sendGroup), or, when a write of the
+// group fails, as one commit_batch3_try per batch, each in a
+// subtransaction (sendMany).
 //
 // When the transaction fails as a whole — the connection drops, the server
 // refuses the commit — every batch sent has an unknown outcome

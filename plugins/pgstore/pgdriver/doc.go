@@ -6,7 +6,7 @@
 // Where to start: Open (with ParseConfig, or the Factory a host opens it
 // through) connects a pool, applies the schema migrations (schema.go) and
 // returns a *Driver. commit.go holds Commit: one statement, one round trip,
-// one transaction; lease.go the leases, fences and notices.
+// one transaction, and CommitMany; lease.go the leases, fences and notices.
 //
 // # Configuration
 //
@@ -52,6 +52,15 @@
 // (AH409 conflict, AH403 fenced, AH400 invalid), so the transaction
 // rolls back whole and the error says which; a duplicate idempotency key is
 // the primary key's unique violation, reported as driver.ErrVersionConflict.
+//
+// A group (CommitMany) is one transaction of commit_group calls, one per
+// round of distinct threads (the first batch of each thread, then the
+// second, ...): each locks its threads' rows in id order, checks every
+// batch as commit_batch does and writes those that pass with one statement
+// per table, without subtransactions; a refused batch writes nothing. When
+// a write fails (a unique violation) the transaction rolls back whole, and
+// the group is sent again as one commit_batch3_try per batch, each in a
+// subtransaction, which gives every batch its own outcome (ADR 0155).
 //
 // # Errors and retries
 //
