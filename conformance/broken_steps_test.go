@@ -117,6 +117,19 @@ func (b *brokenSteps) CommitSteps(ctx context.Context, sb driver.StepBatch) erro
 	return b.Driver.CommitSteps(ctx, sb)
 }
 
+// CommitStepsMany commits each batch through the broken CommitSteps,
+// concurrently, as the protocol's server does for a driver without the
+// method.
+func (b *brokenSteps) CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []error {
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i := range bs {
+		wg.Go(func() { errs[i] = b.CommitSteps(ctx, bs[i]) })
+	}
+	wg.Wait()
+	return errs
+}
+
 func (b *brokenSteps) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
 	steps, err := b.Driver.ReadSteps(ctx, runID, afterSeq, limit)
 	if b.name == "steps-any-seq" {

@@ -65,13 +65,21 @@ func (s *Server) CommitSteps(ctx context.Context, req *storepb.CommitStepsReques
 	return &storepb.CommitStepsResponse{}, nil
 }
 
-// maxStepsInFlight bounds the batches of one CommitStepsMany committed at
-// once. A host groups what its runs commit meanwhile, far fewer than this.
-const maxStepsInFlight = 256
+// StepsManyCommitter is a driver.StepStore that commits several step
+// batches in one call, each with its own result (errs[i] is bs[i]'s, nil
+// when committed), as CommitSteps would commit each. The server hands such
+// a driver a CommitStepsMany whole; any other driver gets one CommitSteps
+// per batch, concurrently. Optional, like EncodedCommitter: a driver that
+// queues its batches to one writer saves a goroutine per batch with it.
+type StepsManyCommitter interface {
+	driver.StepStore
+	CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []error
+}
 
 // CommitStepsMany implements storepb.StoreServer: each batch is committed
-// as CommitSteps would commit it, all of them concurrently, so that a
-// driver with group commit syncs them together; each gets its own result.
+// as CommitSteps would commit it, all of them together (StepsManyCommitter)
+// or concurrently, so that a driver with group commit syncs them together;
+// each gets its own result.
 func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsManyRequest) (*storepb.CommitStepsManyResponse, error) {
 	d, err := s.v2("CommitStepsMany")
 	if err != nil {
@@ -79,6 +87,62 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 	}
 	pbs := req.GetBatches()
 	errs := make([]error, len(pbs))
+	if mc, ok := d.(StepsManyCommitter); ok {
+		commitStepsManyAt(ctx, d, mc, pbs, errs)
+	} else {
+		commitStepsEach(ctx, d, pbs, errs)
+	}
+	res := make([]*storepb.CommitStepsResult, len(pbs))
+	for i := range pbs {
+		r := &storepb.CommitStepsResult{}
+		if errs[i] != nil {
+			r.Code, r.Message, r.Reason = errorFields(errs[i])
+		}
+		res[i] = r
+	}
+	return &storepb.CommitStepsManyResponse{Results: res}, nil
+}
+
+// commitStepsManyAt has mc commit the batches pbs that pass the server's
+// checks in one call, setting errs[i] to pbs[i]'s result.
+func commitStepsManyAt(ctx context.Context, d driver.Driver, mc StepsManyCommitter, pbs []*storepb.StepBatch, errs []error) {
+	bs := make([]driver.StepBatch, 0, len(pbs))
+	idx := make([]int, 0, len(pbs))
+	for i, pb := range pbs {
+		if errs[i] = checkStepBatch(d, pb); errs[i] == nil {
+			bs = append(bs, StepBatchFromProto(pb))
+			idx = append(idx, i)
+		}
+	}
+	if len(bs) == 0 {
+		return
+	}
+	for range bs {
+		driverfault.Reach(driverfault.BeforeCommit) // once per batch, as CommitSteps
+	}
+	es := mc.CommitStepsMany(ctx, bs)
+	if len(es) != len(bs) {
+		err := fmt.Errorf("%w: driver answered %d of %d step commits", driver.ErrUnavailable, len(es), len(bs))
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	for k, i := range idx {
+		if errs[i] = es[k]; errs[i] == nil {
+			driverfault.Reach(driverfault.AfterSyncBeforeReply)
+		}
+	}
+}
+
+// maxStepsInFlight bounds the batches of one CommitStepsMany committed at
+// once by a driver without StepsManyCommitter. A host groups what its runs
+// commit meanwhile, far fewer than this.
+const maxStepsInFlight = 256
+
+// commitStepsEach commits the batches pbs one CommitSteps each,
+// concurrently, setting errs[i] to pbs[i]'s result.
+func commitStepsEach(ctx context.Context, d driver.Driver, pbs []*storepb.StepBatch, errs []error) {
 	var wg sync.WaitGroup
 	// At most maxStepsInFlight batches of one call at once: a call of many
 	// tiny batches must not start a goroutine for each.
@@ -97,15 +161,6 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 		})
 	}
 	wg.Wait()
-	res := make([]*storepb.CommitStepsResult, len(pbs))
-	for i := range pbs {
-		r := &storepb.CommitStepsResult{}
-		if errs[i] != nil {
-			r.Code, r.Message, r.Reason = errorFields(errs[i])
-		}
-		res[i] = r
-	}
-	return &storepb.CommitStepsManyResponse{Results: res}, nil
 }
 
 // commitStepsOne checks a step batch and has the driver d commit it.

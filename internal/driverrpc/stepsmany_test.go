@@ -152,11 +152,56 @@ func expectLog(t *testing.T, c *driverrpc.Client, r record.Run, steps []record.S
 	}
 }
 
+// countingStepsMany is a driver whose driverrpc.StepsManyCommitter calls
+// are counted.
+type countingStepsMany struct {
+	driver.Driver
+	driver.StepStore
+	driver.ThreadLister
+	many  driverrpc.StepsManyCommitter
+	calls *atomic.Int64
+}
+
+func (d countingStepsMany) CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []error {
+	d.calls.Add(1)
+	return d.many.CommitStepsMany(ctx, bs)
+}
+
 // TestStepCommitsGroupedOwnResults: concurrent step commits share a round
 // trip (CommitStepsMany), and each gets its own result: committed, refused
-// as another execution's (a conflict), or refused for what it holds.
+// as another execution's (a conflict), or refused for what it holds;
+// whether the server hands the call to the driver whole
+// (driverrpc.StepsManyCommitter) or a batch at a time.
 func TestStepCommitsGroupedOwnResults(t *testing.T) {
-	c, s := connectGated(t, badgerFactory(t), false, false)
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("whole=%v", whole), func(t *testing.T) {
+			var calls atomic.Int64
+			f := badgerFactory(t)
+			wrapped := storedriver.FactoryFunc(func(ctx context.Context, config map[string]string) (driver.Driver, error) {
+				d, err := f.Open(ctx, config)
+				if err != nil {
+					return nil, err
+				}
+				if whole {
+					return countingStepsMany{d, d.(driver.StepStore), d.(driver.ThreadLister), d.(driverrpc.StepsManyCommitter), &calls}, nil
+				}
+				// Without CommitStepsMany: one CommitSteps per batch.
+				return struct {
+					driver.Driver
+					driver.StepStore
+					driver.ThreadLister
+				}{d, d.(driver.StepStore), d.(driver.ThreadLister)}, nil
+			})
+			testStepCommitsGroupedOwnResults(t, wrapped)
+			if whole && calls.Load() == 0 {
+				t.Fatal("the server did not hand CommitStepsMany to the driver whole")
+			}
+		})
+	}
+}
+
+func testStepCommitsGroupedOwnResults(t *testing.T, f storedriver.Factory) {
+	c, s := connectGated(t, f, false, false)
 	const n = 30
 	runs := activeRuns(t, c, n)
 	batches := make([]driver.StepBatch, n)

@@ -268,7 +268,11 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		bad := -1 // the member whose writes failed, if any
 		var badErr error
 		written := make(map[string]threadHead, len(pending)) // heads this transaction wrote
+		clear(d.txnSteps)
 		for i, r := range pending {
+			if r.sb == nil {
+				d.forgetSteps(r.b)
+			}
 			wrote, err := d.apply(txn, r, written)
 			if wrote && err != nil {
 				bad, badErr = i, err
@@ -290,6 +294,7 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		driverfault.Reach(driverfault.AfterWriteBeforeSync)
 		err := txn.Commit()
 		d.noteHeads(written, err == nil)
+		d.noteSteps(err == nil)
 		if err != nil && len(pending) > 1 {
 			// Do not let one member's failure answer for the others.
 			for _, r := range pending {

@@ -45,7 +45,9 @@ type Driver struct {
 
 	reqs      chan []*commitReq     // to the committer, a caller's batches together
 	heads     map[string]threadHead // the committer's cache of thread heads (its goroutine only)
-	maxHeads  int                   // bounds heads: maxHeads, or less in tests
+	maxHeads  int                   // bounds heads and stepHeads: maxHeads, or less in tests
+	stepHeads map[string]stepHead   // the committer's cache of active runs' step heads (its goroutine only)
+	txnSteps  map[string]stepHead   // step heads the committer's current transaction wrote
 	committed chan struct{}         // closed when the committer has ended
 	stopGC    chan struct{}
 	gcDone    chan struct{}
@@ -97,6 +99,8 @@ func Open(cfg Config) (*Driver, error) {
 		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
 		reqs:      make(chan []*commitReq, cfg.MaxGroup),
 		heads:     make(map[string]threadHead),
+		stepHeads: make(map[string]stepHead),
+		txnSteps:  make(map[string]stepHead),
 		maxHeads:  maxHeads,
 		committed: make(chan struct{}),
 		stopGC:    make(chan struct{}),

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/dgraph-io/badger/v4"
 	"google.golang.org/protobuf/proto"
@@ -19,63 +20,176 @@ import (
 
 // Step records (driver.StepStore) and thread listing (driver.ThreadLister).
 // A CommitSteps call is queued to the committer like a Commit and applied
-// in the same groups, so that the steps of many runs share one sync; it
-// reads the run's record and the last seq of its log inside the group's
-// transaction, so that it sees what the earlier members wrote.
+// in the same groups, so that the steps of many runs share one sync.
+// CommitStepsMany (driverrpc.StepsManyCommitter) queues several batches at
+// once, as CommitMany does commits.
+//
+// A step batch is checked against its run's step head: the thread, owner
+// and attempt of the active run and the seq of the last step of its log.
+// The committer keeps the heads of the runs whose steps it wrote, as it
+// keeps thread heads (ADR 0145), so that the next batch of the run reads
+// neither the run's record nor its last seq; any other write to a run (a
+// commit that writes the run or takes steps of it) drops its head first, so
+// that its next batch reads both from the transaction again (ADR 0153).
 
 var (
-	_ driver.StepStore    = (*Driver)(nil)
-	_ driver.ThreadLister = (*Driver)(nil)
+	_ driver.StepStore             = (*Driver)(nil)
+	_ driver.ThreadLister          = (*Driver)(nil)
+	_ driverrpc.StepsManyCommitter = (*Driver)(nil)
 )
+
+// stepHead is what a step batch of an active run is checked against.
+type stepHead struct {
+	threadID, owner string
+	state           record.RunState // active for every head the committer keeps
+	attempt         int
+	lastSeq         int64
+}
 
 // CommitSteps implements driver.StepStore.
 func (d *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
-	if err := storedriver.ValidateStepBatch(b); err != nil {
+	req, err := d.prepareSteps(ctx, &b)
+	if err != nil {
 		return err
 	}
-	if b.Fence != 0 {
-		return fmt.Errorf("%w: a fenced step batch, but badgerstore has no leases", driver.ErrInvalidArgument)
-	}
-	var enc encoded
-	var err error
-	if enc.steps, err = encodeSteps(b.Steps, &enc.size, nil); err != nil {
-		return fmt.Errorf("%w: encoding the steps: %v", driver.ErrInvalidArgument, err)
-	}
-	if enc.size > d.cfg.MaxBatchBytes {
-		return fmt.Errorf("%w: steps of %d bytes exceed the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
-	}
-	if d.space != nil {
-		if err := d.space.check(enc.size, d.log.Warn); err != nil {
-			return err
-		}
-	}
-	req := &commitReq{ctx: ctx, sb: &b, enc: enc, done: make(chan error, 1)}
 	if err := d.submit(ctx, []*commitReq{req}); err != nil {
 		return err
 	}
 	return <-req.done
 }
 
+// CommitStepsMany implements driverrpc.StepsManyCommitter: the batches are
+// queued together, so that they share a group, and each gets its own
+// result.
+func (d *Driver) CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []error {
+	errs := make([]error, len(bs))
+	reqs := make([]*commitReq, 0, len(bs))
+	idx := make([]int, 0, len(bs))
+	for i := range bs {
+		req, err := d.prepareSteps(ctx, &bs[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		reqs = append(reqs, req)
+		idx = append(idx, i)
+	}
+	if err := d.submit(ctx, reqs); err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return errs
+	}
+	for k, req := range reqs {
+		errs[idx[k]] = <-req.done
+	}
+	return errs
+}
+
+// prepareSteps checks and encodes a step batch for the committer.
+func (d *Driver) prepareSteps(ctx context.Context, b *driver.StepBatch) (*commitReq, error) {
+	if err := storedriver.ValidateStepBatch(*b); err != nil {
+		return nil, err
+	}
+	if b.Fence != 0 {
+		return nil, fmt.Errorf("%w: a fenced step batch, but badgerstore has no leases", driver.ErrInvalidArgument)
+	}
+	var enc encoded
+	var err error
+	if enc.steps, err = encodeSteps(b.Steps, &enc.size, nil); err != nil {
+		return nil, fmt.Errorf("%w: encoding the steps: %v", driver.ErrInvalidArgument, err)
+	}
+	if enc.size > d.cfg.MaxBatchBytes {
+		return nil, fmt.Errorf("%w: steps of %d bytes exceed the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
+	}
+	if d.space != nil {
+		if err := d.space.check(enc.size, d.log.Warn); err != nil {
+			return nil, err
+		}
+	}
+	return &commitReq{ctx: ctx, sb: b, enc: enc, done: make(chan error, 1)}, nil
+}
+
 // applySteps checks a CommitSteps batch against txn, then writes it (see
 // apply for wrote and err).
 func (d *Driver) applySteps(txn *badger.Txn, req *commitReq) (wrote bool, err error) {
 	b := req.sb
-	run, err := getRun(txn, b.RunID)
+	h, err := d.stepHead(txn, b.RunID)
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return false, fmt.Errorf("%w: run %s does not exist", driver.ErrVersionConflict, b.RunID)
 	case err != nil:
 		return false, err
-	case run.ThreadId != b.ThreadID:
-		return false, fmt.Errorf("%w: run %s belongs to thread %s, not %s", driver.ErrInvalidArgument, b.RunID, run.ThreadId, b.ThreadID)
-	case record.RunState(run.State) != record.StateActive || run.Owner != b.Owner || int(run.Attempt) != b.Attempt:
+	case h.threadID != b.ThreadID:
+		return false, fmt.Errorf("%w: run %s belongs to thread %s, not %s", driver.ErrInvalidArgument, b.RunID, h.threadID, b.ThreadID)
+	case h.state != record.StateActive || h.owner != b.Owner || h.attempt != b.Attempt:
 		return false, fmt.Errorf("%w: run %s is %s, owner %q, attempt %d; the steps are for an active run of owner %q, attempt %d",
-			driver.ErrVersionConflict, b.RunID, run.State, run.Owner, run.Attempt, b.Owner, b.Attempt)
+			driver.ErrVersionConflict, b.RunID, h.state, h.owner, h.attempt, b.Owner, b.Attempt)
 	}
-	if err := checkNextSeqs(txn, b.Steps); err != nil {
+	// ValidateStepBatch checked that the steps are of this run, consecutive.
+	if s := b.Steps[0]; s.Seq != h.lastSeq+1 {
+		return false, fmt.Errorf("%w: step %s of run %s has seq %d; the next is %d", driver.ErrVersionConflict, s.ID, s.RunID, s.Seq, h.lastSeq+1)
+	}
+	if err := checkNewStepIDs(txn, b.Steps); err != nil {
 		return false, err
 	}
+	h.lastSeq = b.Steps[len(b.Steps)-1].Seq
+	d.txnSteps[b.RunID] = h
 	return true, writeSteps(txn, b.Steps, req.enc.steps)
+}
+
+// stepHead returns the step head of run runID as the transaction txn sees
+// it: what an earlier member of its group wrote, else what the committer's
+// cache holds, else what txn reads (badger.ErrKeyNotFound for a run that
+// does not exist).
+func (d *Driver) stepHead(txn *badger.Txn, runID string) (stepHead, error) {
+	if h, ok := d.txnSteps[runID]; ok {
+		return h, nil
+	}
+	if h, ok := d.stepHeads[runID]; ok {
+		return h, nil
+	}
+	run, err := getRun(txn, runID)
+	if err != nil {
+		return stepHead{}, err
+	}
+	h := stepHead{threadID: run.ThreadId, owner: run.Owner, state: record.RunState(run.State), attempt: int(run.Attempt)}
+	if h.state != record.StateActive {
+		return h, nil // refused: its last seq does not matter
+	}
+	h.lastSeq, err = lastStepSeq(txn, runID)
+	return h, err
+}
+
+// forgetSteps drops the step heads of the runs a commit b writes (its runs,
+// and those it takes steps of), before it is applied: their next step batch
+// reads them from its transaction again.
+func (d *Driver) forgetSteps(b driver.Batch) {
+	for _, r := range b.Runs {
+		delete(d.stepHeads, r.ID)
+		delete(d.txnSteps, r.ID)
+	}
+	for _, s := range b.Steps {
+		delete(d.stepHeads, s.RunID)
+		delete(d.txnSteps, s.RunID)
+	}
+}
+
+// noteSteps records in the committer's cache the step heads the current
+// transaction wrote, once it committed; when it did not, their cached heads
+// are dropped, to be read again from badger.
+func (d *Driver) noteSteps(committed bool) {
+	if !committed {
+		for id := range d.txnSteps {
+			delete(d.stepHeads, id)
+		}
+	} else {
+		if len(d.stepHeads)+len(d.txnSteps) > d.maxHeads {
+			clear(d.stepHeads)
+		}
+		maps.Copy(d.stepHeads, d.txnSteps)
+	}
+	clear(d.txnSteps)
 }
 
 // lastStepSeq returns the seq of the last step stored for run, 0 if none.
@@ -116,6 +230,11 @@ func checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
 			return fmt.Errorf("%w: step %s of run %s has seq %d; the next is %d", driver.ErrVersionConflict, s.ID, s.RunID, s.Seq, last+1)
 		}
 	}
+	return checkNewStepIDs(txn, steps)
+}
+
+// checkNewStepIDs checks that no step of steps has an id already stored.
+func checkNewStepIDs(txn *badger.Txn, steps []record.Step) error {
 	for _, s := range steps {
 		ok, err := exists(txn, stepIDKey(s.ID))
 		if err != nil {
