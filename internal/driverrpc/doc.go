@@ -10,5 +10,8 @@
 // coalesce.go): the driver commits them each on its own, through
 // driver.ManyCommitter when it has it. A driver that stores its records
 // in their wire form gets them as the host sent them (EncodedCommitter,
-// see wire.go).
+// see wire.go). Step commits share round trips the same way
+// (CommitStepsMany); a driver that takes several step batches in one call
+// gets them so (StepsManyCommitter, see steps.go), any other one batch per
+// CommitSteps.
 package driverrpc
