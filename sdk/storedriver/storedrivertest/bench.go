@@ -2,6 +2,8 @@ package storedrivertest
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -124,17 +126,21 @@ func benchLatency(b *testing.B, calls ...timedCall) {
 	}
 }
 
+// benchBatch is the commit that admits an input on thread th at version v.
+// Its run and message ids have the form the host gives them (a prefix and
+// 32 hex digits that grow with time, as a version 7 UUID does), since a
+// driver may rely on it to check new ids faster (badgerstore does).
 func benchBatch(th string, v int64) driver.Batch {
 	n := v + 1
 	cid := fmt.Sprintf("%s-c%d", th, n)
-	run := fmt.Sprintf("%s-r%d", th, n)
+	run, in := benchID("run"), benchID("msg")
 	return driver.Batch{
 		CommitID: cid, ThreadID: th, ExpectedVersion: v,
 		Thread: record.Thread{ID: th, Version: n, NextRunSeq: n + 1, NextMessageSeq: n + 1, OpenRunIDs: []string{run},
 			LastCommitID: cid, UpdatedAt: time.Now()},
 		Runs: []record.Run{{ID: run, ThreadID: th, Seq: n, State: record.StateQueued, Attempt: 1,
-			InputMessageIDs: []string{run + "-in"}, AssistantMessageID: run + "-out", CreatedAt: time.Now()}},
-		Messages: []record.Message{{ID: run + "-in", ThreadID: th, RunID: run, Seq: n, Role: record.RoleUser,
+			InputMessageIDs: []string{in}, AssistantMessageID: benchID("msg"), CreatedAt: time.Now()}},
+		Messages: []record.Message{{ID: in, ThreadID: th, RunID: run, Seq: n, Role: record.RoleUser,
 			Content: "a question of about this length, as users ask them", CreatedAt: time.Now()}},
 	}
 }
@@ -206,4 +212,18 @@ func reportRate(b *testing.B, lat [][]time.Duration, elapsed time.Duration, unit
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), unit)
 	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// benchSeq orders the ids benchID makes within a millisecond.
+var benchSeq atomic.Uint64
+
+// benchID makes an id of the form the host's have (store.NewID): the
+// prefix, then 32 hex digits that begin with the time in milliseconds and
+// grow with each id. The host's draw the rest from crypto/rand, whose cost
+// is not a commit's.
+func benchID(prefix string) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	binary.BigEndian.PutUint64(b[8:], benchSeq.Add(1))
+	return prefix + "_" + hex.EncodeToString(b[:])
 }
