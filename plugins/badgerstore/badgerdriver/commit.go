@@ -389,9 +389,11 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 		}
 	}
 	for _, m := range b.Messages {
-		ok, err := exists(txn, msgIDKey(m.ID))
-		if err != nil {
-			return false, err
+		ok := false
+		if !d.msgIDs.unused(m.ID) {
+			if ok, err = exists(txn, msgIDKey(m.ID)); err != nil {
+				return false, err
+			}
 		}
 		if ok {
 			return false, fmt.Errorf("%w: message %s exists", driver.ErrInvalidArgument, m.ID)
@@ -406,6 +408,9 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 	}
 	oldState := make([]record.RunState, len(b.Runs))
 	for i, r := range b.Runs {
+		if d.runIDs.unused(r.ID) {
+			continue // a new run
+		}
 		old, err := getRun(txn, r.ID)
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
@@ -433,6 +438,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 				return true, err
 			}
 		}
+		d.runIDs.add(r.ID)
 		if err := set(runKey(r.ID), req.enc.runs[i]); err != nil {
 			return true, err
 		}
@@ -444,6 +450,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 		if err := set(historyKey(b.ThreadID, m.Seq), req.enc.msgs[i]); err != nil {
 			return true, err
 		}
+		d.msgIDs.add(m.ID)
 		if err := set(msgIDKey(m.ID), nil); err != nil {
 			return true, err
 		}

@@ -48,6 +48,8 @@ type Driver struct {
 	maxHeads  int                   // bounds heads and stepHeads: maxHeads, or less in tests
 	stepHeads map[string]stepHead   // the committer's cache of active runs' step heads (its goroutine only)
 	txnSteps  map[string]stepHead   // step heads the committer's current transaction wrote
+	msgIDs    *idFloor              // proves new message ids unused (its goroutine only)
+	runIDs    *idFloor              // proves new run ids unused (its goroutine only)
 	committed chan struct{}         // closed when the committer has ended
 	stopGC    chan struct{}
 	gcDone    chan struct{}
@@ -95,8 +97,21 @@ func Open(cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("%w: badgerstore: opening %s: %v", driver.ErrInvalidArgument, cfg.Dir, err)
 	}
+	floors := make([]*idFloor, 0, 2)
+	for _, table := range []byte{tMsgID, tRun} {
+		last, err := lastID(db, table)
+		if err != nil {
+			db.Close()
+			if lock != nil {
+				lock.Close()
+			}
+			return nil, fmt.Errorf("badgerstore: opening %s: %w", cfg.Dir, err)
+		}
+		floors = append(floors, newIDFloor(last, maxAbove))
+	}
 	d := &Driver{
 		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
+		msgIDs: floors[0], runIDs: floors[1],
 		reqs:      make(chan []*commitReq, cfg.MaxGroup),
 		heads:     make(map[string]threadHead),
 		stepHeads: make(map[string]stepHead),
