@@ -21,6 +21,34 @@ func tsToProto(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// timestamps hands out the timestamps of one batch from one allocation.
+type timestamps []timestamppb.Timestamp
+
+// to is tsToProto, from ts while it lasts (ts may be nil).
+func (ts *timestamps) to(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	if ts == nil || len(*ts) == 0 {
+		return timestamppb.New(t)
+	}
+	p := &(*ts)[0]
+	*ts = (*ts)[1:]
+	p.Seconds, p.Nanos = t.Unix(), int32(t.Nanosecond())
+	return p
+}
+
+// countTimes returns how many of ts are not zero.
+func countTimes(ts ...time.Time) int {
+	n := 0
+	for _, t := range ts {
+		if !t.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
 func tsFromProto(ts *timestamppb.Timestamp) time.Time {
 	if ts == nil {
 		return time.Time{}
@@ -30,9 +58,15 @@ func tsFromProto(ts *timestamppb.Timestamp) time.Time {
 
 // ThreadToProto converts a thread header to its wire form.
 func ThreadToProto(t record.Thread) *storepb.Thread {
-	return &storepb.Thread{
+	p := new(storepb.Thread)
+	threadToProto(p, t, nil)
+	return p
+}
+
+func threadToProto(p *storepb.Thread, t record.Thread, ts *timestamps) {
+	*p = storepb.Thread{
 		Id: t.ID, Version: t.Version, NextRunSeq: t.NextRunSeq, NextMessageSeq: t.NextMessageSeq,
-		OpenRunIds: t.OpenRunIDs, LastCommitId: t.LastCommitID, Owner: t.Owner, UpdatedAt: tsToProto(t.UpdatedAt),
+		OpenRunIds: t.OpenRunIDs, LastCommitId: t.LastCommitID, Owner: t.Owner, UpdatedAt: ts.to(t.UpdatedAt),
 	}
 }
 
@@ -49,11 +83,17 @@ func ThreadFromProto(p *storepb.Thread) record.Thread {
 
 // RunToProto converts a run to its wire form.
 func RunToProto(r record.Run) *storepb.Run {
-	return &storepb.Run{
+	p := new(storepb.Run)
+	runToProto(p, r, nil)
+	return p
+}
+
+func runToProto(p *storepb.Run, r record.Run, ts *timestamps) {
+	*p = storepb.Run{
 		Id: r.ID, ThreadId: r.ThreadID, Seq: r.Seq, State: string(r.State), TerminalReason: string(r.TerminalReason),
 		InputMessageIds: r.InputMessageIDs, AssistantMessageId: r.AssistantMessageID, AnswerSeq: r.AnswerSeq,
 		AbsorbedIntoRunId: r.AbsorbedIntoRunID, Attempt: int64(r.Attempt), Owner: r.Owner, Error: r.Error,
-		EndSeq: r.EndSeq, CreatedAt: tsToProto(r.CreatedAt), StartedAt: tsToProto(r.StartedAt), EndedAt: tsToProto(r.EndedAt),
+		EndSeq: r.EndSeq, CreatedAt: ts.to(r.CreatedAt), StartedAt: ts.to(r.StartedAt), EndedAt: ts.to(r.EndedAt),
 		TakenBy: r.TakenBy, TranscriptIds: r.TranscriptIDs, Pending: r.Pending, WaitTakeovers: int64(r.WaitTakeovers),
 	}
 }
@@ -92,9 +132,15 @@ func RunsFromProto(ps []*storepb.Run) []record.Run {
 
 // MessageToProto converts a message to its wire form.
 func MessageToProto(m record.Message) *storepb.Message {
-	p := &storepb.Message{
+	p := new(storepb.Message)
+	messageToProto(p, m, nil)
+	return p
+}
+
+func messageToProto(p *storepb.Message, m record.Message, ts *timestamps) {
+	*p = storepb.Message{
 		Id: m.ID, ThreadId: m.ThreadID, RunId: m.RunID, Seq: m.Seq, Role: string(m.Role), Content: m.Content,
-		ToolCallId: m.ToolCallID, Hint: m.Hint, Metadata: m.Metadata, CreatedAt: tsToProto(m.CreatedAt),
+		ToolCallId: m.ToolCallID, Hint: m.Hint, Metadata: m.Metadata, CreatedAt: ts.to(m.CreatedAt),
 	}
 	if len(m.ToolCalls) > 0 {
 		p.ToolCalls = make([]*storepb.ToolCall, len(m.ToolCalls))
@@ -102,7 +148,6 @@ func MessageToProto(m record.Message) *storepb.Message {
 			p.ToolCalls[i] = &storepb.ToolCall{Id: c.ID, Name: c.Name, Arguments: c.Arguments}
 		}
 	}
-	return p
 }
 
 // MessageFromProto converts a message from its wire form.
@@ -160,11 +205,42 @@ func IdempotencyFromProto(p *storepb.Idempotency) record.Idempotency {
 	}
 }
 
-// BatchToProto converts a batch to its wire form.
+// batchSlab holds a batch's wire form with its thread header: one
+// allocation for both.
+type batchSlab struct {
+	batch  storepb.Batch
+	thread storepb.Thread
+}
+
+// BatchToProto converts a batch to its wire form. It is on the path of
+// every commit, so it takes the batch with its header, its runs, its
+// messages and their timestamps from a few allocations instead of one
+// each.
 func BatchToProto(b driver.Batch) *storepb.Batch {
-	p := &storepb.Batch{
+	n := countTimes(b.Thread.UpdatedAt)
+	for _, r := range b.Runs {
+		n += countTimes(r.CreatedAt, r.StartedAt, r.EndedAt)
+	}
+	for _, m := range b.Messages {
+		n += countTimes(m.CreatedAt)
+	}
+	ts := make(timestamps, n)
+	slab := new(batchSlab)
+	threadToProto(&slab.thread, b.Thread, &ts)
+	p := &slab.batch
+	*p = storepb.Batch{
 		CommitId: b.CommitID, ThreadId: b.ThreadID, ExpectedVersion: b.ExpectedVersion, Fence: b.Fence,
-		Thread: ThreadToProto(b.Thread), Runs: RunsToProto(b.Runs), Messages: MessagesToProto(b.Messages),
+		Thread: &slab.thread, Runs: make([]*storepb.Run, len(b.Runs)), Messages: make([]*storepb.Message, len(b.Messages)),
+	}
+	runs := make([]storepb.Run, len(b.Runs))
+	for i, r := range b.Runs {
+		runToProto(&runs[i], r, &ts)
+		p.Runs[i] = &runs[i]
+	}
+	msgs := make([]storepb.Message, len(b.Messages))
+	for i, m := range b.Messages {
+		messageToProto(&msgs[i], m, &ts)
+		p.Messages[i] = &msgs[i]
 	}
 	if len(b.Idempotency) > 0 {
 		p.Idempotency = make([]*storepb.Idempotency, len(b.Idempotency))
