@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,6 +90,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
+	if p := os.Getenv("AGENTHOST_TRACE"); p != "" {
+		stop, err := startTrace(p)
+		if err != nil {
+			fmt.Fprintln(stderr, "agenthost: AGENTHOST_TRACE:", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "token" {
 			log.Warn("--token shows in the process list (ps); use token_file, AGENTHOST_TOKEN_FILE or --token-file")
@@ -142,6 +151,24 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}
 	return func() {
 		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// startTrace writes an execution trace of the process (runtime/trace) to
+// path until stop is called: AGENTHOST_TRACE, for seeing where a request
+// waits (docs/operations.md).
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
 		f.Close()
 	}, nil
 }
