@@ -28,6 +28,10 @@ type ClosedLoop struct {
 	Prefix string
 	// Wait is the wait of each result request. Default 30s.
 	Wait time.Duration
+	// NetHTTP sends the requests through the Client's net/http client
+	// rather than each client's own HTTP/1.1 connections (see wireConn),
+	// which plain http bases use by default.
+	NetHTTP bool
 }
 
 // LoopStats is what a closed-loop measurement saw.
@@ -93,6 +97,11 @@ func (cl ClosedLoop) Run(ctx context.Context, c *Client) (LoopStats, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var wc *wireConn
+			if !cl.NetHTTP && useWire(c) {
+				wc = newWireConn(ctx, c)
+				defer wc.release()
+			}
 			var mine []time.Duration
 			defer func() {
 				mu.Lock()
@@ -107,7 +116,7 @@ func (cl ClosedLoop) Run(ctx context.Context, c *Client) (LoopStats, error) {
 					thread = name + "-" + strconv.Itoa(i/cl.PerThread)
 				}
 				began := time.Now()
-				err := cl.one(ctx, c, thread, name+"-"+strconv.Itoa(i))
+				err := cl.one(ctx, c, wc, thread, name+"-"+strconv.Itoa(i))
 				if ctx.Err() != nil {
 					return // the duration is over
 				}
@@ -130,13 +139,25 @@ func (cl ClosedLoop) Run(ctx context.Context, c *Client) (LoopStats, error) {
 	return st, first
 }
 
-func (cl ClosedLoop) one(ctx context.Context, c *Client, thread, key string) error {
-	adm, err := c.Submit(ctx, thread, key, SubmitBody{Content: "closed loop " + key})
+func (cl ClosedLoop) one(ctx context.Context, c *Client, wc *wireConn, thread, key string) error {
+	var adm Admission
+	var err error
+	if wc != nil {
+		adm, err = wc.submit(ctx, thread, key, "closed loop "+key)
+	} else {
+		adm, err = c.Submit(ctx, thread, key, SubmitBody{Content: "closed loop " + key})
+	}
 	if err != nil {
 		return fmt.Errorf("submitting to %s: %w", thread, err)
 	}
 	for {
-		res, settled, err := c.Result(ctx, adm.RunID, cl.Wait)
+		var res Result
+		var settled bool
+		if wc != nil {
+			res, settled, err = wc.result(ctx, adm.RunID, cl.Wait)
+		} else {
+			res, settled, err = c.Result(ctx, adm.RunID, cl.Wait)
+		}
 		switch {
 		case err != nil:
 			return fmt.Errorf("waiting for run %s: %w", adm.RunID, err)

@@ -41,6 +41,10 @@ func TestClosedLoop(t *testing.T) {
 	if st.Runs != 20 || len(st.Latencies) != 20 || st.Percentile(50) <= 0 || st.Percentile(99) < st.Percentile(50) {
 		t.Fatalf("stats %+v", st)
 	}
+	// Through net/http's client, too.
+	if st, err := (soak.ClosedLoop{Clients: 2, Runs: 6, Prefix: "nh", NetHTTP: true}).Run(ctx, c); err != nil || st.Runs != 6 {
+		t.Fatalf("net/http client: %d runs, %v", st.Runs, err)
+	}
 	runs, err := c.ThreadRuns(ctx, "cl-0-0")
 	if err != nil || len(runs) == 0 || len(runs) > 4 {
 		t.Fatalf("thread cl-0-0: %d runs, %v (4 inputs a thread)", len(runs), err)

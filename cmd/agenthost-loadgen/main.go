@@ -2,7 +2,7 @@
 //
 //	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
 //	agenthost-loadgen soak [--profile short|steps-short|full|NEMESIS] [--seed N] [--dir DIR] [--strict-steps]
-//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N] [--cpuprofile FILE]
+//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N] [--client wire|net/http] [--cpuprofile FILE]
 //
 // load submits inputs over HTTP across many threads with a mix of hints and
 // idempotency keys, retrying with the same key after errors and timeouts,
@@ -13,7 +13,10 @@
 // seed, which replays the choices. closed measures a deployment: N
 // clients, each submitting one input with an idempotency key and waiting
 // for its answer (GET result?wait=) before the next; it reports runs/s and
-// the p50, p90 and p99 of submit-to-answer latency.
+// the p50, p90 and p99 of submit-to-answer latency. Each of its clients
+// keeps its own HTTP/1.1 connection alive and reads and writes it itself
+// (--client net/http: Go's http.Client instead), so that the generator's
+// CPU, which a shared machine takes from the server, stays small.
 package main
 
 import (
@@ -114,7 +117,12 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	prefix := fs.String("prefix", fmt.Sprintf("closed-%d", time.Now().Unix()), "prefix of the threads and idempotency keys")
 	token := fs.String("token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (default: $AGENTHOST_TOKEN)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load generator to this file (its own cost counts against a shared machine)")
+	client := fs.String("client", "wire", "HTTP client: wire (each client's own kept-alive HTTP/1.1 connection, read and written by the client itself; http:// only) or net/http (Go's http.Client)")
 	if fs.Parse(args) != nil {
+		return 2
+	}
+	if *client != "wire" && *client != "net/http" {
+		fmt.Fprintf(stderr, "closed: --client %q: wire or net/http\n", *client)
 		return 2
 	}
 	if *cpuProfile != "" {
@@ -135,7 +143,7 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	c := soak.NewClient(bases[0])
 	c.More = bases[1:]
 	c.Token = *token
-	st, err := soak.ClosedLoop{Clients: *clients, Runs: *runs, Duration: *duration, PerThread: *perThread, Prefix: *prefix}.Run(ctx, c)
+	st, err := soak.ClosedLoop{Clients: *clients, Runs: *runs, Duration: *duration, PerThread: *perThread, Prefix: *prefix, NetHTTP: *client == "net/http"}.Run(ctx, c)
 	fmt.Fprintf(stdout, "closed clients=%d %s\n", *clients, st)
 	if err != nil {
 		fmt.Fprintln(stderr, "closed:", err)
