@@ -40,96 +40,171 @@ type args struct {
 	stepSeqs           []int64
 	steps              [][]byte
 	openRunIDs         []string
-	size               int
 	threadID, commitID string
 	expected, version  int64
 	fence, owner       int64
-	marshalErr         error
 }
 
-// prepare checks the shape of b (storedriver.ValidateBatch and the rules a
-// batch must meet before the database sees it) and encodes its records.
-func prepare(b driver.Batch) (*args, error) {
+// records are a batch's records in the form the tables store them (the
+// payload columns): each its storepb encoding, in the batch's order.
+type records struct {
+	header                  []byte
+	runs, msgs, keys, steps [][]byte
+}
+
+// check checks the shape of b: storedriver.ValidateBatch and the rules a
+// batch must meet before the database sees it.
+func check(b driver.Batch) error {
 	if err := storedriver.ValidateBatch(b); err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case b.Fence < 0:
-		return nil, fmt.Errorf("%w: negative fence %d", driver.ErrInvalidArgument, b.Fence)
+		return fmt.Errorf("%w: negative fence %d", driver.ErrInvalidArgument, b.Fence)
 	case b.Fence != 0 && b.Thread.Owner != b.Fence && b.Thread.Owner != 0:
-		return nil, fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner or leave the thread unowned, not owned by %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
+		return fmt.Errorf("%w: a batch fenced by %d must make it the thread's owner or leave the thread unowned, not owned by %d", driver.ErrInvalidArgument, b.Fence, b.Thread.Owner)
 	case b.Thread.Owner < 0:
-		return nil, fmt.Errorf("%w: negative owner %d", driver.ErrInvalidArgument, b.Thread.Owner)
+		return fmt.Errorf("%w: negative owner %d", driver.ErrInvalidArgument, b.Thread.Owner)
 	}
+	for _, s := range [2]string{b.ThreadID, b.CommitID} {
+		if !storable(s) {
+			return fmt.Errorf("%w: %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, s)
+		}
+	}
+	for _, s := range b.Thread.OpenRunIDs {
+		if !storable(s) {
+			return fmt.Errorf("%w: %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, s)
+		}
+	}
+	for _, r := range b.Runs {
+		if !storable(r.ID) || !storable(r.Owner) {
+			return fmt.Errorf("%w: run id %q, owner %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID, r.Owner)
+		}
+	}
+	for _, st := range b.Steps {
+		if !storable(st.ID) || !storable(st.RunID) {
+			return fmt.Errorf("%w: step id %q of run %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, st.ID, st.RunID)
+		}
+	}
+	for i, m := range b.Messages {
+		if !storable(m.ID) {
+			return fmt.Errorf("%w: message id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, m.ID)
+		}
+		if i > 0 && m.Seq <= b.Messages[i-1].Seq {
+			return fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, b.Messages[i-1].Seq)
+		}
+	}
+	for _, k := range b.Idempotency {
+		if !storable(k.Key) {
+			return fmt.Errorf("%w: idempotency key %q: keys must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, k.Key)
+		}
+	}
+	return nil
+}
+
+// encode returns b's records in their stored form. Where wire, the
+// records as the host sent them, has them, they are stored as they came:
+// the tables hold each record's storepb encoding, which is what the host
+// sent, and decoding them gives b's records (driverrpc.EncodedCommitter).
+// Otherwise they are encoded here. The batch's size is checked against
+// MaxBatchBytes.
+func encode(b driver.Batch, wire *driverrpc.Encoded) (records, error) {
+	if wire != nil && wire.Thread != nil && len(wire.Runs) == len(b.Runs) && len(wire.Messages) == len(b.Messages) &&
+		len(wire.Idempotency) == len(b.Idempotency) && len(wire.Steps) == len(b.Steps) {
+		rec := records{header: wire.Thread, runs: wire.Runs, msgs: wire.Messages, keys: wire.Idempotency, steps: wire.Steps}
+		return rec, rec.checkSize()
+	}
+	var err error
+	marshal := func(m proto.Message) []byte {
+		if err != nil {
+			return nil
+		}
+		var v []byte
+		v, err = proto.Marshal(m)
+		return v
+	}
+	rec := records{header: marshal(driverrpc.ThreadToProto(b.Thread)),
+		runs: make([][]byte, len(b.Runs)), msgs: make([][]byte, len(b.Messages)),
+		keys: make([][]byte, len(b.Idempotency)), steps: make([][]byte, len(b.Steps))}
+	for i, r := range b.Runs {
+		rec.runs[i] = marshal(driverrpc.RunToProto(r))
+	}
+	for i, m := range b.Messages {
+		rec.msgs[i] = marshal(driverrpc.MessageToProto(m))
+	}
+	for i, k := range b.Idempotency {
+		rec.keys[i] = marshal(driverrpc.IdempotencyToProto(k))
+	}
+	for i, st := range b.Steps {
+		rec.steps[i] = marshal(driverrpc.StepToProto(st))
+	}
+	if err != nil {
+		return records{}, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, err)
+	}
+	return rec, rec.checkSize()
+}
+
+// checkSize refuses records larger than MaxBatchBytes.
+func (rec *records) checkSize() error {
+	size := len(rec.header)
+	for _, vs := range [4][][]byte{rec.runs, rec.msgs, rec.keys, rec.steps} {
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	if size > MaxBatchBytes {
+		return fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, size, MaxBatchBytes)
+	}
+	return nil
+}
+
+// prepare checks b and encodes its records (encode, with wire) as the
+// arguments of commit_batch.
+func prepare(b driver.Batch, wire *driverrpc.Encoded) (*args, error) {
+	if err := check(b); err != nil {
+		return nil, err
+	}
+	rec, err := encode(b, wire)
+	if err != nil {
+		return nil, err
+	}
+	return newArgs(b, rec), nil
+}
+
+// newArgs returns the arguments of commit_batch for b, a checked batch,
+// and rec, its records.
+func newArgs(b driver.Batch, rec records) *args {
 	a := &args{threadID: b.ThreadID, commitID: b.CommitID, expected: b.ExpectedVersion, version: b.Thread.Version,
-		fence: b.Fence, owner: b.Thread.Owner, openRunIDs: b.Thread.OpenRunIDs}
+		fence: b.Fence, owner: b.Thread.Owner, openRunIDs: b.Thread.OpenRunIDs, header: rec.header,
+		runs: rec.runs, msgs: rec.msgs, keyPayloads: rec.keys, steps: rec.steps}
 	if a.openRunIDs == nil {
 		a.openRunIDs = []string{}
 	}
-	for _, s := range append([]string{b.ThreadID, b.CommitID}, b.Thread.OpenRunIDs...) {
-		if !storable(s) {
-			return nil, fmt.Errorf("%w: %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, s)
-		}
-	}
-	marshal := func(m proto.Message) []byte {
-		if a.marshalErr != nil {
-			return nil
-		}
-		v, err := proto.Marshal(m)
-		if err != nil {
-			a.marshalErr = err
-		}
-		a.size += len(v)
-		return v
-	}
-	a.header = marshal(driverrpc.ThreadToProto(b.Thread))
 	n := len(b.Runs)
-	a.runIDs, a.runStates, a.runSeqs, a.runs = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+	a.runIDs, a.runStates, a.runSeqs = make([]string, n), make([]string, n), make([]int64, n)
 	a.runOwners, a.runAttempts = make([]string, n), make([]int64, n)
 	for i, r := range b.Runs {
-		if !storable(r.ID) || !storable(r.Owner) {
-			return nil, fmt.Errorf("%w: run id %q, owner %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, r.ID, r.Owner)
-		}
-		a.runIDs[i], a.runStates[i], a.runSeqs[i], a.runs[i] = r.ID, string(r.State), r.Seq, marshal(driverrpc.RunToProto(r))
+		a.runIDs[i], a.runStates[i], a.runSeqs[i] = r.ID, string(r.State), r.Seq
 		a.runOwners[i], a.runAttempts[i] = r.Owner, int64(r.Attempt)
 	}
 	n = len(b.Steps)
-	a.stepRuns, a.stepIDs, a.stepSeqs, a.steps = make([]string, n), make([]string, n), make([]int64, n), make([][]byte, n)
+	a.stepRuns, a.stepIDs, a.stepSeqs = make([]string, n), make([]string, n), make([]int64, n)
 	for i, st := range b.Steps {
-		if !storable(st.ID) || !storable(st.RunID) {
-			return nil, fmt.Errorf("%w: step id %q of run %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, st.ID, st.RunID)
-		}
-		a.stepRuns[i], a.stepIDs[i], a.stepSeqs[i], a.steps[i] = st.RunID, st.ID, st.Seq, marshal(driverrpc.StepToProto(st))
+		a.stepRuns[i], a.stepIDs[i], a.stepSeqs[i] = st.RunID, st.ID, st.Seq
 	}
 	n = len(b.Messages)
-	a.msgIDs, a.msgSeqs, a.msgs = make([]string, n), make([]int64, n), make([][]byte, n)
+	a.msgIDs, a.msgSeqs = make([]string, n), make([]int64, n)
 	for i, m := range b.Messages {
-		if !storable(m.ID) {
-			return nil, fmt.Errorf("%w: message id %q: ids must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, m.ID)
-		}
-		if i > 0 && m.Seq <= b.Messages[i-1].Seq {
-			return nil, fmt.Errorf("%w: message %s seq %d is not after %d", driver.ErrInvalidArgument, m.ID, m.Seq, b.Messages[i-1].Seq)
-		}
-		a.msgIDs[i], a.msgSeqs[i], a.msgs[i] = m.ID, m.Seq, marshal(driverrpc.MessageToProto(m))
+		a.msgIDs[i], a.msgSeqs[i] = m.ID, m.Seq
 	}
 	if n > 0 {
 		a.firstSeq, a.lastSeq = b.Messages[0].Seq, b.Messages[n-1].Seq
 	}
-	n = len(b.Idempotency)
-	a.keys, a.keyPayloads = make([]string, n), make([][]byte, n)
+	a.keys = make([]string, len(b.Idempotency))
 	for i, k := range b.Idempotency {
-		if !storable(k.Key) {
-			return nil, fmt.Errorf("%w: idempotency key %q: keys must be UTF-8 without NUL bytes", driver.ErrInvalidArgument, k.Key)
-		}
-		a.keys[i], a.keyPayloads[i] = k.Key, marshal(driverrpc.IdempotencyToProto(k))
+		a.keys[i] = k.Key
 	}
-	if a.marshalErr != nil {
-		return nil, fmt.Errorf("%w: encoding the batch: %v", driver.ErrInvalidArgument, a.marshalErr)
-	}
-	if a.size > MaxBatchBytes {
-		return nil, fmt.Errorf("%w: batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, a.size, MaxBatchBytes)
-	}
-	return a, nil
+	return a
 }
 
 // Commit implements driver.Driver. The batch is one call of commit_batch3
@@ -142,7 +217,7 @@ func prepare(b driver.Batch) (*args, error) {
 // outcome is unknown: Commit returns driver.ErrUnavailable, and the host
 // reads the thread's LastCommitID to settle it.
 func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
-	a, err := prepare(b)
+	a, err := prepare(b, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -181,7 +256,7 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 	return 0, mapOpError(ctx, err)
 }
 
-var _ driver.ManyCommitter = (*Driver)(nil)
+var _ driverrpc.EncodedCommitter = (*Driver)(nil)
 
 // CommitMany implements driver.ManyCommitter: the batches that a host
 // sends together share one transaction, and so one round trip and one flush
@@ -198,17 +273,28 @@ var _ driver.ManyCommitter = (*Driver)(nil)
 // the failure proves nothing was committed, in which case the group is sent
 // again.
 func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []error) {
+	return d.CommitManyEncoded(ctx, bs, nil)
+}
+
+// CommitManyEncoded implements driverrpc.EncodedCommitter: CommitMany,
+// storing the records as the host sent them where enc has them (see
+// encode), instead of encoding them again.
+func (d *Driver) CommitManyEncoded(ctx context.Context, bs []driver.Batch, enc []*driverrpc.Encoded) ([]int64, []error) {
 	versions := make([]int64, len(bs))
 	errs := make([]error, len(bs))
-	var order []int
-	as := make([]*args, len(bs))
+	order := make([]int, 0, len(bs))
+	recs := make([]records, len(bs))
 	for i, b := range bs {
-		a, err := prepare(b)
-		if err != nil {
-			errs[i] = err
+		var wire *driverrpc.Encoded
+		if i < len(enc) {
+			wire = enc[i]
+		}
+		if errs[i] = check(b); errs[i] != nil {
 			continue
 		}
-		as[i] = a
+		if recs[i], errs[i] = encode(b, wire); errs[i] != nil {
+			continue
+		}
 		order = append(order, i)
 	}
 	if len(order) == 0 {
@@ -222,7 +308,7 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 		return versions, errs
 	}
 	defer d.leave()
-	if d.sendGroup(ctx, bs, as, order, versions, errs) {
+	if d.sendGroup(ctx, bs, recs, order, versions, errs) {
 		return versions, errs
 	}
 	// The group as commit_group rolled back whole: a write of a member
@@ -231,6 +317,10 @@ func (d *Driver) CommitMany(ctx context.Context, bs []driver.Batch) ([]int64, []
 	// failure or deadlock rolled back are sent again, never reported as a
 	// conflict: the host would read the thread for nothing, and a run's
 	// take would count it as refused.
+	as := make([]*args, len(bs))
+	for _, i := range order {
+		as[i] = newArgs(bs[i], recs[i])
+	}
 	resendRolledBack(order, func(order []int) []rolledBackMember[int] {
 		return d.sendMany(ctx, bs, as, order, versions, errs)
 	}, func(i int, err error) { errs[i] = err }, func(i int, state, msg string) error {
@@ -266,38 +356,63 @@ type groupArgs struct {
 	steps                             [][]byte
 }
 
-func (g *groupArgs) add(a *args) {
-	g.threads = append(g.threads, a.threadID)
-	g.commitIDs = append(g.commitIDs, a.commitID)
-	g.expected = append(g.expected, a.expected)
-	g.versions = append(g.versions, a.version)
-	g.fences = append(g.fences, a.fence)
-	g.owner = append(g.owner, a.owner)
-	g.headers = append(g.headers, a.header)
-	g.firstSeqs = append(g.firstSeqs, a.firstSeq)
-	g.lastSeqs = append(g.lastSeqs, a.lastSeq)
-	b := int32(len(g.threads)) // 1-based, as PostgreSQL's arrays
-	for _, id := range a.openRunIDs {
-		g.openBatch, g.openIDs = append(g.openBatch, b), append(g.openIDs, id)
+// newGroupArgs returns the arguments of commit_group for the batches
+// bs[i], i in round, with their records recs[i]. Every array is allocated
+// once, at its length.
+func newGroupArgs(bs []driver.Batch, recs []records, round []int) *groupArgs {
+	var open, runs, msgs, keys, steps int
+	for _, i := range round {
+		b := &bs[i]
+		open, runs, msgs = open+len(b.Thread.OpenRunIDs), runs+len(b.Runs), msgs+len(b.Messages)
+		keys, steps = keys+len(b.Idempotency), steps+len(b.Steps)
 	}
-	for i := range a.runIDs {
-		g.runBatch = append(g.runBatch, b)
-		g.runIDs, g.runStates, g.runOwners = append(g.runIDs, a.runIDs[i]), append(g.runStates, a.runStates[i]), append(g.runOwners, a.runOwners[i])
-		g.runSeqs, g.runAttempts, g.runs = append(g.runSeqs, a.runSeqs[i]), append(g.runAttempts, a.runAttempts[i]), append(g.runs, a.runs[i])
+	n := len(round)
+	g := &groupArgs{
+		threads: make([]string, n), commitIDs: make([]string, n),
+		expected: make([]int64, n), versions: make([]int64, n), fences: make([]int64, n), owner: make([]int64, n),
+		headers: make([][]byte, n), firstSeqs: make([]int64, n), lastSeqs: make([]int64, n),
+		openBatch: make([]int32, 0, open), openIDs: make([]string, 0, open),
+		runBatch: make([]int32, 0, runs), runIDs: make([]string, 0, runs), runStates: make([]string, 0, runs),
+		runOwners: make([]string, 0, runs), runSeqs: make([]int64, 0, runs), runAttempts: make([]int64, 0, runs),
+		runs:     make([][]byte, 0, runs),
+		msgBatch: make([]int32, 0, msgs), msgSeqs: make([]int64, 0, msgs), msgIDs: make([]string, 0, msgs),
+		msgs:     make([][]byte, 0, msgs),
+		keyBatch: make([]int32, 0, keys), keys: make([]string, 0, keys), keyPayloads: make([][]byte, 0, keys),
+		stepBatch: make([]int32, 0, steps), stepRuns: make([]string, 0, steps), stepIDs: make([]string, 0, steps),
+		stepSeqs: make([]int64, 0, steps), steps: make([][]byte, 0, steps),
 	}
-	for i := range a.msgIDs {
-		g.msgBatch = append(g.msgBatch, b)
-		g.msgSeqs, g.msgIDs, g.msgs = append(g.msgSeqs, a.msgSeqs[i]), append(g.msgIDs, a.msgIDs[i]), append(g.msgs, a.msgs[i])
+	for j, i := range round {
+		b, rec := &bs[i], &recs[i]
+		g.threads[j], g.commitIDs[j] = b.ThreadID, b.CommitID
+		g.expected[j], g.versions[j], g.fences[j], g.owner[j] = b.ExpectedVersion, b.Thread.Version, b.Fence, b.Thread.Owner
+		g.headers[j] = rec.header
+		if m := len(b.Messages); m > 0 {
+			g.firstSeqs[j], g.lastSeqs[j] = b.Messages[0].Seq, b.Messages[m-1].Seq
+		}
+		k := int32(j + 1) // 1-based, as PostgreSQL's arrays
+		for _, id := range b.Thread.OpenRunIDs {
+			g.openBatch, g.openIDs = append(g.openBatch, k), append(g.openIDs, id)
+		}
+		for x, r := range b.Runs {
+			g.runBatch = append(g.runBatch, k)
+			g.runIDs, g.runStates, g.runOwners = append(g.runIDs, r.ID), append(g.runStates, string(r.State)), append(g.runOwners, r.Owner)
+			g.runSeqs, g.runAttempts, g.runs = append(g.runSeqs, r.Seq), append(g.runAttempts, int64(r.Attempt)), append(g.runs, rec.runs[x])
+		}
+		for x, m := range b.Messages {
+			g.msgBatch = append(g.msgBatch, k)
+			g.msgSeqs, g.msgIDs, g.msgs = append(g.msgSeqs, m.Seq), append(g.msgIDs, m.ID), append(g.msgs, rec.msgs[x])
+		}
+		for x, key := range b.Idempotency {
+			g.keyBatch = append(g.keyBatch, k)
+			g.keys, g.keyPayloads = append(g.keys, key.Key), append(g.keyPayloads, rec.keys[x])
+		}
+		for x, st := range b.Steps {
+			g.stepBatch = append(g.stepBatch, k)
+			g.stepRuns, g.stepSeqs = append(g.stepRuns, st.RunID), append(g.stepSeqs, st.Seq)
+			g.stepIDs, g.steps = append(g.stepIDs, st.ID), append(g.steps, rec.steps[x])
+		}
 	}
-	for i := range a.keys {
-		g.keyBatch = append(g.keyBatch, b)
-		g.keys, g.keyPayloads = append(g.keys, a.keys[i]), append(g.keyPayloads, a.keyPayloads[i])
-	}
-	for i := range a.stepIDs {
-		g.stepBatch = append(g.stepBatch, b)
-		g.stepRuns, g.stepSeqs = append(g.stepRuns, a.stepRuns[i]), append(g.stepSeqs, a.stepSeqs[i])
-		g.stepIDs, g.steps = append(g.stepIDs, a.stepIDs[i]), append(g.steps, a.steps[i])
-	}
+	return g
 }
 
 // rounds splits order (sorted by thread) into rounds of distinct threads:
@@ -328,13 +443,11 @@ func rounds(bs []driver.Batch, order []int) [][]int {
 // server refused the transaction with an error, which rolled it back
 // whole: a member's write failed, and CommitMany sends the members again
 // one by one, in subtransactions.
-func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, as []*args, order []int, versions []int64, errs []error) bool {
+func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, recs []records, order []int, versions []int64, errs []error) bool {
 	rs := rounds(bs, order)
-	gs := make([]groupArgs, len(rs))
+	gs := make([]*groupArgs, len(rs))
 	for r, round := range rs {
-		for _, i := range round {
-			gs[r].add(as[i])
-		}
+		gs[r] = newGroupArgs(bs, recs, round)
 	}
 	states := make([][]pgtype.Text, len(rs))
 	messages := make([][]pgtype.Text, len(rs))
@@ -347,8 +460,7 @@ func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, as []*args, o
 		}
 		defer conn.Release()
 		batch := &pgx.Batch{}
-		for r := range gs {
-			g := &gs[r]
+		for r, g := range gs {
 			states[r], messages[r] = nil, nil
 			batch.Queue(d.sql.commitGroup, g.threads, g.expected, g.versions, g.fences, g.owner,
 				g.commitIDs, g.headers, g.firstSeqs, g.lastSeqs,

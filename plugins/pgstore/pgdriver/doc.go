@@ -61,6 +61,10 @@
 // a write fails (a unique violation) the transaction rolls back whole, and
 // the group is sent again as one commit_batch3_try per batch, each in a
 // subtransaction, which gives every batch its own outcome (ADR 0155).
+// The payload columns hold the records' storepb encodings, which is what
+// the host sends: a group that comes over the store protocol is stored
+// with its records' bytes as they arrived (driverrpc.EncodedCommitter, as
+// badgerstore), not decoded and encoded again.
 //
 // # Errors and retries
 //

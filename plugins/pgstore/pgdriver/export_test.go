@@ -18,7 +18,7 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, v int) er
 // CommitV2 commits b as a driver of schema version 2 does: one call of
 // commit_batch, with no steps and no run owners or attempts.
 func CommitV2(ctx context.Context, pool *pgxpool.Pool, schema string, b driver.Batch) error {
-	a, err := prepare(b)
+	a, err := prepare(b, nil)
 	if err != nil {
 		return err
 	}
