@@ -176,24 +176,34 @@ func ReadPolicyHeader(b []byte, h *PolicyHeader) error {
 	if len(b) < PolicyHeaderSize || b[0] != PolicyRequestLayout {
 		return ErrMalformed
 	}
+	// Straight-line code: in a guest, every loop iteration and call can cost
+	// an interruption check in the host.
+	rest := b[PolicyHeaderSize:]
+	thread, rest, ok1 := cutStr(rest)
+	content, rest, ok2 := cutStr(rest)
+	hint, _, ok3 := cutStr(rest)
+	if !ok1 || !ok2 || !ok3 {
+		return ErrMalformed
+	}
 	h.Active = b[1]&FlagActive != 0
 	h.ActiveSteps = binary.LittleEndian.Uint32(b[4:])
 	h.Queued = binary.LittleEndian.Uint32(b[8:])
 	h.Metadata = binary.LittleEndian.Uint32(b[12:])
-	off := PolicyHeaderSize
-	for _, s := range []*[]byte{&h.ThreadID, &h.Content, &h.Hint} {
-		if len(b)-off < 4 {
-			return ErrMalformed
-		}
-		n := binary.LittleEndian.Uint32(b[off:])
-		off += 4
-		if uint64(len(b)-off) < uint64(n) {
-			return ErrMalformed
-		}
-		*s = b[off : off+int(n) : off+int(n)]
-		off += int(n)
-	}
+	h.ThreadID, h.Content, h.Hint = thread, content, hint
 	return nil
+}
+
+// cutStr splits a length-prefixed string off b; ok is false if it does not
+// fit (and then rest is empty, so the next cut fails too).
+func cutStr(b []byte) (s, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, nil, false
+	}
+	n := uint64(binary.LittleEndian.Uint32(b))
+	if uint64(len(b)-4) < n {
+		return nil, nil, false
+	}
+	return b[4 : 4+n : 4+n], b[4+n:], true
 }
 
 type decoder struct {
