@@ -46,7 +46,9 @@ func input(ptr, n uint32) []byte {
 	if n == 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(ptr))), n)
+	// A slice of an array pointer: unsafe.Slice would call the runtime to
+	// check the length.
+	return (*[1 << 32]byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(ptr)))[:n:n]
 }
 
 //go:wasmexport agenthost_abi_version
@@ -87,24 +89,58 @@ func manifestExport() uint64 {
 	return result(appendManifest(append(out[:0], guestabi.StatusOK), &m))
 }
 
+// inputPolicy is written for the cost of a call in the host: under
+// wazero's interruptible mode every function entry and every taken branch
+// of Go's wasm code can cost a check that leaves the compiled code, so the
+// per-call path is one function with a deferred recover (no closure
+// through protect), reads the request header in straight-line code and
+// writes the decision into a fixed buffer.
+//
 //go:wasmexport agenthost_input_policy
-func inputPolicy(ptr, n uint32) uint64 {
-	var d guestabi.Decision
-	err := protect(func() error {
-		if registered == nil || registered.InputPolicy == nil {
-			return errNoHook
+func inputPolicy(ptr, n uint32) (res uint64) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = errResult(panicError(r))
 		}
-		if err := readRequest(input(ptr, n), &req); err != nil {
-			return err
-		}
-		var err error
-		d, err = registered.InputPolicy(&req)
-		return err
-	})
+	}()
+	g := registered
+	if g == nil || g.InputPolicy == nil {
+		return errResult(errNoHook)
+	}
+	if err := readRequest(input(ptr, n), &req); err != nil {
+		return errResult(err)
+	}
+	d, err := g.InputPolicy(&req)
 	if err != nil {
 		return errResult(err)
 	}
-	return result(guestabi.AppendDecision(out[:0], d))
+	decision = [guestabi.DecisionSize]byte{guestabi.StatusOK, actionCode(d.Action), coalesceFlag(d.CoalescePending), 0}
+	return guestabi.Pack(uint32(uintptr(unsafe.Pointer(&decision[0]))), guestabi.DecisionSize)
+}
+
+// decision holds the last inputPolicy decision; valid until the next call.
+var decision [guestabi.DecisionSize]byte
+
+// actionCode is guestabi.ActionCode, first comparing the string's data
+// with the constants': a guest returns one of them almost always, and a
+// pointer comparison is one branch where the string comparison is several.
+func actionCode(a string) byte {
+	switch p := unsafe.StringData(a); {
+	case p == unsafe.StringData(Queue) && len(a) == len(Queue):
+		return guestabi.CodeQueue
+	case p == unsafe.StringData(Inject) && len(a) == len(Inject):
+		return guestabi.CodeInject
+	case p == unsafe.StringData(Interrupt) && len(a) == len(Interrupt):
+		return guestabi.CodeInterrupt
+	}
+	return guestabi.ActionCode(a)
+}
+
+func coalesceFlag(c bool) byte {
+	if c {
+		return guestabi.FlagCoalescePending
+	}
+	return 0
 }
 
 //go:wasmexport agenthost_prepare_step
