@@ -50,7 +50,11 @@ func Refine(hint, content string) string {
 	case equalFold(hint, "redirect"):
 		return guestabi.ActionInterrupt
 	}
-	t := strings.TrimLeft(content, " \t\r\n")
+	// Leading white space, without strings.TrimLeft's set construction.
+	t := content
+	for len(t) > 0 && (t[0] == ' ' || t[0] == '\t' || t[0] == '\r' || t[0] == '\n') {
+		t = t[1:]
+	}
 	n := len(t)
 	// The text padded with zeros to a multiple of 8, plus 16 bytes, so that
 	// every 8-byte load is in bounds and reads zeros past the end.
@@ -84,7 +88,7 @@ func Refine(hint, content string) string {
 		return guestabi.ActionInject
 	}
 	w := lower8(binary.LittleEndian.Uint64(b))
-	if w == lit("actually") && wordEnd(b, 0, 8, n) || w&mask(4) == lit("also") && wordEnd(b, 0, 4, n) {
+	if w == litActually && wordEnd(b, 0, 8, n) || w&mask(4) == litAlso && wordEnd(b, 0, 4, n) {
 		return guestabi.ActionInject
 	}
 	return guestabi.ActionQueue
@@ -126,6 +130,7 @@ var (
 	litBulletP, litOint            = lit("bullet p"), lit("oint")
 	litMoreCon, litCise            = lit("more con"), lit("cise")
 	litMoreDet, litAil             = lit("more det"), lit("ail")
+	litActually, litAlso           = lit("actually"), lit("also")
 )
 
 func lower(c byte) byte {
@@ -144,7 +149,6 @@ func wordEnd(b []byte, i, l, n int) bool { return i+l >= n || !isLetter(b[i+l]) 
 func phraseAt(b []byte, i, n int) int {
 	w := lower8(binary.LittleEndian.Uint64(b[i:]))
 	wordStart := i == 0 || !isLetter(b[i-1])
-	next := func() uint64 { return lower8(binary.LittleEndian.Uint64(b[i+8:])) }
 	switch byte(w) {
 	case 's':
 		if wordStart && w&mask(4) == litStop && wordEnd(b, i, 4, n) {
@@ -158,11 +162,12 @@ func phraseAt(b []byte, i, n int) int {
 			return seenStop
 		}
 	case 'b':
-		if w == litBulletP && next()&mask(4) == litOint {
+		if w == litBulletP && lower8(binary.LittleEndian.Uint64(b[i+8:]))&mask(4) == litOint {
 			return seenRefine
 		}
 	case 'm':
-		if w == litMoreCon && next()&mask(4) == litCise || w == litMoreDet && next()&mask(3) == litAil {
+		next := lower8(binary.LittleEndian.Uint64(b[i+8:]))
+		if w == litMoreCon && next&mask(4) == litCise || w == litMoreDet && next&mask(3) == litAil {
 			return seenRefine
 		}
 	}
