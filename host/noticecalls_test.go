@@ -183,9 +183,10 @@ func show(m map[string]int, runs int) string {
 // The driver calls a run makes when it crosses hosts (its input admitted
 // on X, its thread owned by O, its answer awaited on Y), against one host
 // alone: the admission's notice carries the thread and the input to O, and
-// is announced to Y; O's notice that the run settled carries its answer to
-// X and Y at once. So O starts the run without reading, and Y neither asks
-// nor reads.
+// is announced to Y; O's notice that the run settled carries its answer and
+// the thread as its end left it to every host at once. So O starts the run
+// without reading, Y neither asks nor reads, and the next admission, at
+// any host that heard the notice, does not read the thread first.
 func TestSharedNoticeCallsPerCrossingRun(t *testing.T) {
 	t.Run("memdriver", func(t *testing.T) {
 		shared := memdriver.NewShared(nil)
@@ -246,9 +247,10 @@ func testCallsPerCrossingRun(t *testing.T, alone *counting, ds []*counting) {
 			t.Fatalf("a run moved away from its owner %s: %v", names[o], answers)
 		}
 	}
-	// Before notices carried records: 13 calls. Now: X reads the thread,
-	// commits and notifies; O commits the start, the step and the end and
-	// notifies; Y makes none.
+	// Before notices carried records: 13 calls. Now: X commits and
+	// notifies (it reads the thread first only when O's last notice has
+	// not reached it yet); O commits the start and the end and notifies;
+	// Y makes none.
 	if per > 8 {
 		t.Fatalf("%.1f driver calls per crossing run, want at most 8", per)
 	}

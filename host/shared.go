@@ -85,6 +85,9 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 			rt.stats.noticesReceived.Add(1)
 			if len(n.Settled) > 0 {
 				rt.stats.noticeRecords.Add(int64(rt.st.LearnSettled(n.ThreadID, n.Settled, n.Runs, n.Messages)))
+				if n.Thread.ID == n.ThreadID && rt.st.LearnOpen(n.Thread, n.Runs) {
+					rt.stats.noticeRecords.Add(1) // the next admission here commits without reading
+				}
 				rt.settled(n.Settled...) // its waiters answer from the records, or read the store
 				continue
 			}
@@ -191,11 +194,21 @@ func (rt *Runtime) settled(runIDs ...string) { rt.tickets.settled(runIDs...) }
 
 // replySettled tells the hosts that admitted runs of this host's threads,
 // or wait for them, that they settled: with their terminal records and
-// answers, when small, so that those hosts need not read them.
+// answers, when small, so that those hosts need not read them; and with
+// the thread as this host last committed it (header and open runs), so
+// that the next admission there commits without reading the thread.
 func (rt *Runtime) replySettled(threadID string, runIDs ...string) {
 	for e, ids := range rt.tickets.takeReplies(runIDs) {
 		n := driver.Notice{ThreadID: threadID, Owner: e, Settled: ids}
 		n.Runs, n.Messages = rt.st.SettledRecords(threadID, ids, maxNoticeContent)
+		if contentSize(n.Messages) <= maxNoticeContent/2 {
+			// Within what a driver's notice holds (pgstore: 8000 bytes
+			// in all), else it would leave out the answers with it.
+			if ts, ok := rt.st.Snapshot(threadID); ok && len(ts.Runs) <= maxNoticeRuns {
+				n.Thread = ts.Thread
+				n.Runs = append(n.Runs, ts.Runs...)
+			}
+		}
 		rt.notify(n)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // holds it (another commit since, or the cache dropped it).
 func (s *Store) Committed(threadID string, version int64) (driver.ThreadSnapshot, bool) {
 	s.revalidate()
-	ts, ok := s.snaps.get(threadID)
+	ts, _, ok := s.snaps.get(threadID)
 	if !ok || ts.Thread.Version != version {
 		return driver.ThreadSnapshot{}, false
 	}
@@ -65,14 +65,37 @@ func (s *Store) Learn(ts driver.ThreadSnapshot, msgs []record.Message) bool {
 	return true
 }
 
+// LearnOpen takes a thread's header th, from a notice that runs of it
+// settled, with its open runs found among runs (the notice carries them
+// with the terminal records): see Learn. It reports whether it was taken.
+func (s *Store) LearnOpen(th record.Thread, runs []record.Run) bool {
+	open := make([]record.Run, 0, len(th.OpenRunIDs))
+	for _, id := range th.OpenRunIDs {
+		i := slices.IndexFunc(runs, func(r record.Run) bool { return r.ID == id })
+		if i < 0 {
+			return false
+		}
+		open = append(open, runs[i])
+	}
+	return s.Learn(driver.ThreadSnapshot{Thread: th, Runs: open}, nil)
+}
+
+// Snapshot returns the thread as this store layer last committed, read or
+// learned it, if it holds it: what a notice may carry to other hosts.
+func (s *Store) Snapshot(threadID string) (driver.ThreadSnapshot, bool) {
+	s.revalidate()
+	ts, _, ok := s.snaps.get(threadID)
+	return ts, ok
+}
+
 // learn records a snapshot from a notice, if it is newer than the one held.
 func (c *snapCache) learn(s driver.ThreadSnapshot) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.f.get(s.Thread.ID); ok && old.Thread.Version >= s.Thread.Version {
+	if old, ok := c.f.get(s.Thread.ID); ok && old.snap.Thread.Version >= s.Thread.Version {
 		return false
 	}
-	c.f.set(s.Thread.ID, s)
+	c.f.set(s.Thread.ID, snapEntry{snap: s, told: true})
 	return true
 }
 

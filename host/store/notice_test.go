@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
@@ -163,5 +164,76 @@ func TestLearnSettledAnswersWithoutReading(t *testing.T) {
 	}
 	if r, m := a.SettledRecords("T", []string{big.RunID}, 6<<10); r != nil || m != nil {
 		t.Fatalf("a 10,000-byte answer was carried: %d runs, %d messages", len(r), len(m))
+	}
+}
+
+// A host that admits to a thread another live host owns reads the thread
+// first (its own last commit on it is stale), unless the owner told it the
+// thread as its last commit left it, with the notice that the thread's run
+// settled: then the admission commits from that snapshot without reading.
+func TestToldSnapshotServesAnotherHostsThread(t *testing.T) {
+	ctx := context.Background()
+	d := memdriver.NewShared(nil)
+	la, err := d.AcquireLease(ctx, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lb = int64(1 << 40) // b's epoch: never an owner here
+	a := store.New(d, store.Options{Fence: func(string) int64 { return la.Epoch }, OwnEpoch: func() int64 { return la.Epoch }})
+	rb := &reads{Driver: d}
+	b := store.New(rb, store.Options{OwnEpoch: func() int64 { return lb }, OwnerLive: func(e int64) bool { return e == la.Epoch }})
+
+	// run admits on b and runs on a, which owns the thread from then on;
+	// it returns what a would tell of the thread.
+	run := func(content string) driver.ThreadSnapshot {
+		t.Helper()
+		adm := mustAdmit(t, b, store.Submission{ThreadID: "T", Content: content}, nil)
+		if _, err := a.Start(ctx, "T", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.CommitTerminal(ctx, runstate.CommitTerminal{ThreadID: "T", RunID: adm.RunID, Owner: "a", Reason: record.ReasonCompleted, Answer: "re " + content}); err != nil {
+			t.Fatal(err)
+		}
+		ts, ok := a.Snapshot("T")
+		if !ok || ts.Thread.Owner != la.Epoch || len(ts.Thread.OpenRunIDs) != 0 {
+			t.Fatalf("a's snapshot %+v %v", ts.Thread, ok)
+		}
+		return ts
+	}
+	run("one")
+	rb.n.Store(0)
+	ts := run("two")
+	if n := rb.n.Load(); n != 1 {
+		t.Fatalf("an admission to a's thread from b's own stale snapshot read %d times, want 1", n)
+	}
+	bad := ts.Thread
+	bad.OpenRunIDs = []string{"run_missing"}
+	if b.LearnOpen(bad, nil) {
+		t.Fatal("learned a header whose open runs were not carried")
+	}
+	if !b.LearnOpen(ts.Thread, ts.Runs) {
+		t.Fatal("did not learn a's snapshot")
+	}
+	rb.n.Store(0)
+	run("three")
+	if n := rb.n.Load(); n != 0 {
+		t.Fatalf("an admission from a told snapshot read %d times", n)
+	}
+	// Told again, then the snapshot goes stale under it: the admission's
+	// commit conflicts and is redone from a read, nothing lost.
+	if ts, _ := a.Snapshot("T"); !b.LearnOpen(ts.Thread, ts.Runs) {
+		t.Fatal("did not learn a's second snapshot")
+	}
+	mustAdmit(t, a, store.Submission{ThreadID: "T", Content: "four"}, nil)
+	rb.n.Store(0)
+	five := mustAdmit(t, b, store.Submission{ThreadID: "T", Content: "five"}, func(context.Context, store.ThreadView) (runstate.Decision, error) {
+		return runstate.Decision{Action: runstate.ActionQueue}, nil
+	})
+	if rb.n.Load() == 0 || five.Decision == nil || five.Decision.Action != runstate.ActionQueue {
+		t.Fatalf("an admission from a stale told snapshot: %+v after %d reads", five, rb.n.Load())
+	}
+	tsNow, err := d.LoadThread(ctx, "T")
+	if err != nil || len(tsNow.Thread.OpenRunIDs) != 2 {
+		t.Fatalf("thread after: %+v %v", tsNow.Thread, err)
 	}
 }

@@ -14,24 +14,36 @@ import (
 // through another store layer) makes it stale; the commit's version check
 // then refuses the mutation, which is retried from a fresh read. It holds
 // at most max threads, the oldest inserted dropped first.
+//
+// A snapshot may also come from a notice (learn): the thread as another
+// host's commit left it. Such a snapshot is told: it is as fresh as that
+// host's last commit, where one this layer committed or read itself is
+// stale once another host owns the thread (see Store.apply).
 type snapCache struct {
 	mu sync.Mutex
-	f  fifo[driver.ThreadSnapshot]
+	f  fifo[snapEntry]
 }
 
-func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool) {
+type snapEntry struct {
+	snap driver.ThreadSnapshot
+	told bool // from a notice, and not replaced since
+}
+
+// get returns a copy of the thread's snapshot, and whether it was told.
+func (c *snapCache) get(thread string) (driver.ThreadSnapshot, bool, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.f.get(thread)
+	e, ok := c.f.get(thread)
 	if !ok {
-		return driver.ThreadSnapshot{}, false
+		return driver.ThreadSnapshot{}, false, false
 	}
 	// The reducer gets its own copy.
+	s := e.snap
 	out := driver.ThreadSnapshot{Thread: record.CloneThread(s.Thread), Runs: make([]record.Run, len(s.Runs))}
 	for i, r := range s.Runs {
 		out.Runs[i] = record.CloneRun(r)
 	}
-	return out, true
+	return out, e.told, true
 }
 
 // set records a snapshot read from the driver.
@@ -39,10 +51,10 @@ func (c *snapCache) set(s driver.ThreadSnapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.f.get(s.Thread.ID)
-	if !ok || old.Thread.Version > s.Thread.Version {
+	if !ok || old.snap.Thread.Version > s.Thread.Version {
 		return // only threads this layer commits to, and nothing older
 	}
-	c.f.set(s.Thread.ID, s)
+	c.f.set(s.Thread.ID, snapEntry{snap: s})
 }
 
 func (c *snapCache) forget(thread string) {
@@ -72,15 +84,15 @@ func (c *snapCache) put(b driver.Batch, before, written []record.Run) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.f.set(b.ThreadID, s)
+	c.f.set(b.ThreadID, snapEntry{snap: s})
 }
 
 // peek returns the cached header of a thread, without copying its runs.
 func (c *snapCache) peek(thread string) (record.Thread, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.f.get(thread)
-	return s.Thread, ok
+	e, ok := c.f.get(thread)
+	return e.snap.Thread, ok
 }
 
 // histCache keeps the end of threads' histories and their terminal runs,

@@ -90,7 +90,8 @@ type Options struct {
 	// none). A thread that another live lease owns is read afresh, not
 	// taken from the snapshot this layer's last commit left: that host's
 	// commits have most likely moved it on since, and a commit from the
-	// cached snapshot would only conflict. Default: always 0.
+	// cached snapshot would only conflict. A snapshot that host told of
+	// since (Learn, LearnOpen) is used as this layer's own. Default: always 0.
 	OwnEpoch func() int64
 }
 
@@ -150,7 +151,7 @@ func New(d driver.Driver, opt Options) *Store {
 		opt.MayTake = func(string, int64, []record.Run) bool { return true }
 	}
 	ss, _ := d.(driver.StepStore)
-	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[driver.ThreadSnapshot](4096)},
+	s := &Store{d: d, steps: ss, opt: opt, snaps: snapCache{f: newFIFO[snapEntry](4096)},
 		hist: histCache{f: newFIFO[*histEntry](1024), perThread: opt.HistoryWindow + opt.PageSize, budget: opt.HistoryCacheMessages},
 		done: doneCache{f: newFIFO[doneRun](8192)}, memo: promptMemo{f: newFIFO[*threadMemo](memoThreads(opt))}}
 	if g, ok := d.(Generational); ok {
@@ -429,9 +430,13 @@ func (s *Store) apply(ctx context.Context, threadID, key string, fenceOf func(ru
 	var cached driver.ThreadSnapshot
 	fromCache := false
 	if useCache {
-		cached, fromCache = s.snaps.get(threadID)
-		if o := cached.Thread.Owner; fromCache && o != 0 && o != s.opt.OwnEpoch() && s.opt.OwnerLive(o) {
-			fromCache = false // another host's thread: likely stale
+		var told bool
+		cached, told, fromCache = s.snaps.get(threadID)
+		if o := cached.Thread.Owner; fromCache && !told && o != 0 && o != s.opt.OwnEpoch() && s.opt.OwnerLive(o) {
+			// Another host's thread, as this layer last committed or read
+			// it: likely stale. One its owner told of (Learn) is as fresh
+			// as the owner's last commit.
+			fromCache = false
 		}
 	}
 	conflicted := false // a commit of this loop met a conflict
@@ -609,7 +614,7 @@ func (s *Store) GiveUp(ctx context.Context, threadID string, fence int64) (bool,
 		return false, nil
 	}
 	gen := s.revalidate()
-	ts, ok := s.snaps.get(threadID)
+	ts, _, ok := s.snaps.get(threadID)
 	if !ok {
 		var err error
 		if ts, err = s.d.LoadThread(ctx, threadID); err != nil {
