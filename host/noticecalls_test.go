@@ -315,3 +315,57 @@ func TestSharedNoticeFallbacks(t *testing.T) {
 		})
 	}
 }
+
+// A wait that will be told when its run settles (here the run executes on
+// the host it waits at) reads the store at the host's poll interval, not
+// every second: a run of a few seconds is answered without a read.
+func TestToldWaitReadsAtThePollInterval(t *testing.T) {
+	c := newCounting(memdriver.NewShared(nil))
+	release := make(chan struct{}, 1)
+	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: "done", Delay: model.Duration(time.Hour)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sleep = func(ctx context.Context, _ time.Duration) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	rt, err := host.New(context.Background(), host.Config{Driver: c, Model: m, Logger: quietLog, LeaseTTL: longLease, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		rt.Close(ctx)
+	})
+	tk, err := rt.Submit(context.Background(), "T", "q", host.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan host.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		res, err := tk.Wait(ctx)
+		if err != nil {
+			t.Errorf("wait: %v", err)
+		}
+		done <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.take()                            // the admission's commit
+	time.Sleep(2500 * time.Millisecond) // two polls of the store at one a second
+	during := c.take()
+	release <- struct{}{}
+	if res := <-done; res.State != record.StateCompleted || answer(res) != "done" {
+		t.Fatalf("result %+v", res)
+	}
+	if n := during["GetRuns"] + during["LoadThread"] + during["ReadHistory"]; n != 0 {
+		t.Fatalf("the told wait read the store while its run ran: %v", during)
+	}
+}

@@ -131,8 +131,9 @@ func (rt *Runtime) watch(ctx context.Context, ch <-chan driver.Notice) {
 }
 
 // notify sends a notice. It is a hint: a failure is logged, and the
-// receiver finds the work (or the result) by polling.
-func (rt *Runtime) notify(n driver.Notice) {
+// receiver finds the work (or the result) by polling. It reports whether
+// the notice was sent.
+func (rt *Runtime) notify(n driver.Notice) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := rt.lease.l.Notify(ctx, n); err != nil {
@@ -141,9 +142,10 @@ func (rt *Runtime) notify(n driver.Notice) {
 			to = n.Wake
 		}
 		rt.log.Warn("sending a notice to another host failed; it will poll", "thread", n.ThreadID, "to", to, "err", err)
-		return
+		return false
 	}
 	rt.stats.noticesSent.Add(1)
+	return true
 }
 
 // maxNoticeContent bounds what a notice's records may carry of messages'

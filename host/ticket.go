@@ -26,8 +26,9 @@ type Ticket struct {
 // Result is what answered a run; see store.Result.
 type Result = store.Result
 
-// pollInterval bounds how long a waiter may miss a change made by another
-// process (or a wake-up it raced with).
+// pollInterval bounds how long a waiter that will not be told may miss a
+// change made by another process (or a wake-up it raced with). A waiter
+// that will be told reads at the host's poll interval instead (ADR 0154).
 const pollInterval = time.Second
 
 // Wait blocks until the ticket's run settles, and returns what answered it:
@@ -46,25 +47,37 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 // rather than at its next poll of the store. The notice that tells it
 // carries the run's terminal record and answer when they are small, and
 // the wait answers from them without reading the store.
+//
+// A wait that will be told (the run settles here, or its host was asked,
+// or it admitted the run or heard it announced) reads the store only at
+// the host's poll interval, in case the telling was lost; another reads it
+// every second (ADR 0154).
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
-	asked := rt.lease.alone()
+	asked, told := rt.lease.alone(), false
 	read := func(ctx context.Context, id string) (Result, error) {
 		res, run, err := rt.st.ResultRun(ctx, id)
 		if err == nil && !res.Settled && !asked && !rt.tickets.toldHere(id) {
 			asked = true
-			rt.askToBeTold(ctx, run)
+			told = rt.askToBeTold(ctx, run)
 		}
 		return res, err
 	}
-	res, err := rt.tickets.wait(ctx, runID, read)
+	every := func(id string) time.Duration {
+		if told || rt.tickets.toldHere(id) {
+			return max(rt.cfg.PollInterval, pollInterval)
+		}
+		return pollInterval
+	}
+	res, err := rt.tickets.wait(ctx, runID, read, every)
 	return res, speak(err)
 }
 
 // askToBeTold asks the host that executes the unsettled run, or will, to
 // tell this one when it settles: the lease the active run executes under,
 // or the queued run's thread's owner, or its home when no live lease owns
-// it. Nothing is sent when that is this host.
-func (rt *Runtime) askToBeTold(ctx context.Context, run record.Run) {
+// it. Nothing is sent when that is this host. It reports whether this host
+// will be told: asked, or the run settles here.
+func (rt *Runtime) askToBeTold(ctx context.Context, run record.Run) bool {
 	me := rt.lease.epoch.Load()
 	to := leaseEpoch(run.Owner)
 	if run.State != record.StateActive {
@@ -76,11 +89,16 @@ func (rt *Runtime) askToBeTold(ctx context.Context, run record.Run) {
 			to = rt.lease.home(run.ThreadID)
 		}
 	}
-	if to == 0 || to == me || !rt.lease.isLive(to) || rt.tickets.toldHere(run.ID) {
-		return // (announced meanwhile: its end is told to every host)
+	switch {
+	case to == me:
+		return true
+	case to == 0 || !rt.lease.isLive(to):
+		return false
+	case rt.tickets.toldHere(run.ID):
+		return true // announced meanwhile: its end is told to every host
 	}
 	rt.stats.waitNotices.Add(1)
-	rt.notify(driver.Notice{ThreadID: run.ThreadID, Owner: to, RunID: run.ID, ReplyTo: me})
+	return rt.notify(driver.Notice{ThreadID: run.ThreadID, Owner: to, RunID: run.ID, ReplyTo: me})
 }
 
 // Result returns a run's result now, settled or not.
@@ -110,8 +128,9 @@ func newResolver() *resolver {
 	return &resolver{waiters: map[string][]chan struct{}{}, pending: map[string]bool{}, replyTo: map[string][]int64{}, announced: map[string]bool{}}
 }
 
-// wait blocks until run runID settles, reading its result with read.
-func (r *resolver) wait(ctx context.Context, runID string, read func(context.Context, string) (Result, error)) (Result, error) {
+// wait blocks until run runID settles, reading its result with read, then
+// again every every(runID) unless told sooner.
+func (r *resolver) wait(ctx context.Context, runID string, read func(context.Context, string) (Result, error), every func(string) time.Duration) (Result, error) {
 	for first := true; ; first = false {
 		// Register before reading, so a settle between the read and the
 		// wait is not missed.
@@ -128,7 +147,7 @@ func (r *resolver) wait(ctx context.Context, runID string, read func(context.Con
 				return res, err
 			}
 		}
-		timer := time.NewTimer(pollInterval)
+		timer := time.NewTimer(every(runID))
 		select {
 		case <-ch:
 		case <-timer.C:
