@@ -3162,6 +3162,123 @@ func (x *CommitStepsResult) GetReason() string {
 	return ""
 }
 
+// DirectRequest names the framing versions the host speaks.
+type DirectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []int32                `protobuf:"varint,1,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectRequest) Reset() {
+	*x = DirectRequest{}
+	mi := &file_store_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectRequest) ProtoMessage() {}
+
+func (x *DirectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectRequest.ProtoReflect.Descriptor instead.
+func (*DirectRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *DirectRequest) GetVersions() []int32 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+// DirectResponse is where and how to reach the driver's direct transport.
+type DirectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// network is "unix"; address the socket's path.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// secret is what each connection sends first.
+	Secret []byte `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	// version is the framing version chosen among the request's.
+	Version       int32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectResponse) Reset() {
+	*x = DirectResponse{}
+	mi := &file_store_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectResponse) ProtoMessage() {}
+
+func (x *DirectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectResponse.ProtoReflect.Descriptor instead.
+func (*DirectResponse) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DirectResponse) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *DirectResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *DirectResponse) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *DirectResponse) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -3392,7 +3509,14 @@ const file_store_proto_rawDesc = "" +
 	"\x11CommitStepsResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason2\xeb\r\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"+\n" +
+	"\rDirectRequest\x12\x1a\n" +
+	"\bversions\x18\x01 \x03(\x05R\bversions\"v\n" +
+	"\x0eDirectResponse\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\fR\x06secret\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x05R\aversion2\xbc\x0e\n" +
 	"\x05Store\x12I\n" +
 	"\x04Open\x12\x1f.agenthost.store.v1.OpenRequest\x1a .agenthost.store.v1.OpenResponse\x12I\n" +
 	"\x04Info\x12\x1f.agenthost.store.v1.InfoRequest\x1a .agenthost.store.v1.InfoResponse\x12[\n" +
@@ -3416,7 +3540,8 @@ const file_store_proto_rawDesc = "" +
 	"\vCommitSteps\x12&.agenthost.store.v1.CommitStepsRequest\x1a'.agenthost.store.v1.CommitStepsResponse\x12X\n" +
 	"\tReadSteps\x12$.agenthost.store.v1.ReadStepsRequest\x1a%.agenthost.store.v1.ReadStepsResponse\x12^\n" +
 	"\vListThreads\x12&.agenthost.store.v1.ListThreadsRequest\x1a'.agenthost.store.v1.ListThreadsResponse\x12j\n" +
-	"\x0fCommitStepsMany\x12*.agenthost.store.v1.CommitStepsManyRequest\x1a+.agenthost.store.v1.CommitStepsManyResponseB,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
+	"\x0fCommitStepsMany\x12*.agenthost.store.v1.CommitStepsManyRequest\x1a+.agenthost.store.v1.CommitStepsManyResponse\x12O\n" +
+	"\x06Direct\x12!.agenthost.store.v1.DirectRequest\x1a\".agenthost.store.v1.DirectResponseB,Z*github.com/agenthost/agenthost/abi/storepbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -3430,7 +3555,7 @@ func file_store_proto_rawDescGZIP() []byte {
 	return file_store_proto_rawDescData
 }
 
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_store_proto_goTypes = []any{
 	(*Thread)(nil),                  // 0: agenthost.store.v1.Thread
 	(*Run)(nil),                     // 1: agenthost.store.v1.Run
@@ -3484,32 +3609,34 @@ var file_store_proto_goTypes = []any{
 	(*CommitStepsManyRequest)(nil),  // 49: agenthost.store.v1.CommitStepsManyRequest
 	(*CommitStepsManyResponse)(nil), // 50: agenthost.store.v1.CommitStepsManyResponse
 	(*CommitStepsResult)(nil),       // 51: agenthost.store.v1.CommitStepsResult
-	nil,                             // 52: agenthost.store.v1.Message.MetadataEntry
-	nil,                             // 53: agenthost.store.v1.OpenRequest.ConfigEntry
-	(*timestamppb.Timestamp)(nil),   // 54: google.protobuf.Timestamp
+	(*DirectRequest)(nil),           // 52: agenthost.store.v1.DirectRequest
+	(*DirectResponse)(nil),          // 53: agenthost.store.v1.DirectResponse
+	nil,                             // 54: agenthost.store.v1.Message.MetadataEntry
+	nil,                             // 55: agenthost.store.v1.OpenRequest.ConfigEntry
+	(*timestamppb.Timestamp)(nil),   // 56: google.protobuf.Timestamp
 }
 var file_store_proto_depIdxs = []int32{
-	54, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
-	54, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	54, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
-	54, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
+	56, // 0: agenthost.store.v1.Thread.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 1: agenthost.store.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	56, // 2: agenthost.store.v1.Run.started_at:type_name -> google.protobuf.Timestamp
+	56, // 3: agenthost.store.v1.Run.ended_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: agenthost.store.v1.Message.tool_calls:type_name -> agenthost.store.v1.ToolCall
-	52, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
-	54, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	54, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
+	54, // 5: agenthost.store.v1.Message.metadata:type_name -> agenthost.store.v1.Message.MetadataEntry
+	56, // 6: agenthost.store.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	56, // 7: agenthost.store.v1.Idempotency.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: agenthost.store.v1.Batch.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 9: agenthost.store.v1.Batch.runs:type_name -> agenthost.store.v1.Run
 	3,  // 10: agenthost.store.v1.Batch.messages:type_name -> agenthost.store.v1.Message
 	4,  // 11: agenthost.store.v1.Batch.idempotency:type_name -> agenthost.store.v1.Idempotency
 	9,  // 12: agenthost.store.v1.Batch.steps:type_name -> agenthost.store.v1.Step
-	54, // 13: agenthost.store.v1.Ask.deadline:type_name -> google.protobuf.Timestamp
+	56, // 13: agenthost.store.v1.Ask.deadline:type_name -> google.protobuf.Timestamp
 	3,  // 14: agenthost.store.v1.Step.message:type_name -> agenthost.store.v1.Message
 	6,  // 15: agenthost.store.v1.Step.taken:type_name -> agenthost.store.v1.Take
-	54, // 16: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
+	56, // 16: agenthost.store.v1.Step.created_at:type_name -> google.protobuf.Timestamp
 	7,  // 17: agenthost.store.v1.Step.ask:type_name -> agenthost.store.v1.Ask
 	8,  // 18: agenthost.store.v1.Step.answer:type_name -> agenthost.store.v1.Answer
 	9,  // 19: agenthost.store.v1.StepBatch.steps:type_name -> agenthost.store.v1.Step
-	53, // 20: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
+	55, // 20: agenthost.store.v1.OpenRequest.config:type_name -> agenthost.store.v1.OpenRequest.ConfigEntry
 	0,  // 21: agenthost.store.v1.LoadThreadResponse.thread:type_name -> agenthost.store.v1.Thread
 	1,  // 22: agenthost.store.v1.LoadThreadResponse.runs:type_name -> agenthost.store.v1.Run
 	5,  // 23: agenthost.store.v1.CommitRequest.batch:type_name -> agenthost.store.v1.Batch
@@ -3522,8 +3649,8 @@ var file_store_proto_depIdxs = []int32{
 	10, // 30: agenthost.store.v1.CommitStepsRequest.batch:type_name -> agenthost.store.v1.StepBatch
 	9,  // 31: agenthost.store.v1.ReadStepsResponse.steps:type_name -> agenthost.store.v1.Step
 	0,  // 32: agenthost.store.v1.ListThreadsResponse.threads:type_name -> agenthost.store.v1.Thread
-	54, // 33: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
-	54, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
+	56, // 33: agenthost.store.v1.Lease.expires:type_name -> google.protobuf.Timestamp
+	56, // 34: agenthost.store.v1.Lease.now:type_name -> google.protobuf.Timestamp
 	38, // 35: agenthost.store.v1.LeaseResponse.lease:type_name -> agenthost.store.v1.Lease
 	38, // 36: agenthost.store.v1.LeasesResponse.leases:type_name -> agenthost.store.v1.Lease
 	0,  // 37: agenthost.store.v1.Notice.thread:type_name -> agenthost.store.v1.Thread
@@ -3551,28 +3678,30 @@ var file_store_proto_depIdxs = []int32{
 	34, // 59: agenthost.store.v1.Store.ReadSteps:input_type -> agenthost.store.v1.ReadStepsRequest
 	36, // 60: agenthost.store.v1.Store.ListThreads:input_type -> agenthost.store.v1.ListThreadsRequest
 	49, // 61: agenthost.store.v1.Store.CommitStepsMany:input_type -> agenthost.store.v1.CommitStepsManyRequest
-	12, // 62: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
-	14, // 63: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
-	16, // 64: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
-	18, // 65: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
-	20, // 66: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
-	23, // 67: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
-	25, // 68: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
-	27, // 69: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
-	29, // 70: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
-	31, // 71: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
-	41, // 72: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
-	41, // 73: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
-	43, // 74: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
-	45, // 75: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
-	47, // 76: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
-	46, // 77: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
-	33, // 78: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
-	35, // 79: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
-	37, // 80: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
-	50, // 81: agenthost.store.v1.Store.CommitStepsMany:output_type -> agenthost.store.v1.CommitStepsManyResponse
-	62, // [62:82] is the sub-list for method output_type
-	42, // [42:62] is the sub-list for method input_type
+	52, // 62: agenthost.store.v1.Store.Direct:input_type -> agenthost.store.v1.DirectRequest
+	12, // 63: agenthost.store.v1.Store.Open:output_type -> agenthost.store.v1.OpenResponse
+	14, // 64: agenthost.store.v1.Store.Info:output_type -> agenthost.store.v1.InfoResponse
+	16, // 65: agenthost.store.v1.Store.LoadThread:output_type -> agenthost.store.v1.LoadThreadResponse
+	18, // 66: agenthost.store.v1.Store.Commit:output_type -> agenthost.store.v1.CommitResponse
+	20, // 67: agenthost.store.v1.Store.CommitMany:output_type -> agenthost.store.v1.CommitManyResponse
+	23, // 68: agenthost.store.v1.Store.GetRuns:output_type -> agenthost.store.v1.GetRunsResponse
+	25, // 69: agenthost.store.v1.Store.GetIdempotency:output_type -> agenthost.store.v1.GetIdempotencyResponse
+	27, // 70: agenthost.store.v1.Store.ReadHistory:output_type -> agenthost.store.v1.ReadHistoryResponse
+	29, // 71: agenthost.store.v1.Store.ListRuns:output_type -> agenthost.store.v1.ListRunsResponse
+	31, // 72: agenthost.store.v1.Store.Close:output_type -> agenthost.store.v1.CloseResponse
+	41, // 73: agenthost.store.v1.Store.AcquireLease:output_type -> agenthost.store.v1.LeaseResponse
+	41, // 74: agenthost.store.v1.Store.RenewLease:output_type -> agenthost.store.v1.LeaseResponse
+	43, // 75: agenthost.store.v1.Store.ReleaseLease:output_type -> agenthost.store.v1.ReleaseLeaseResponse
+	45, // 76: agenthost.store.v1.Store.Leases:output_type -> agenthost.store.v1.LeasesResponse
+	47, // 77: agenthost.store.v1.Store.Notify:output_type -> agenthost.store.v1.NotifyResponse
+	46, // 78: agenthost.store.v1.Store.Watch:output_type -> agenthost.store.v1.Notice
+	33, // 79: agenthost.store.v1.Store.CommitSteps:output_type -> agenthost.store.v1.CommitStepsResponse
+	35, // 80: agenthost.store.v1.Store.ReadSteps:output_type -> agenthost.store.v1.ReadStepsResponse
+	37, // 81: agenthost.store.v1.Store.ListThreads:output_type -> agenthost.store.v1.ListThreadsResponse
+	50, // 82: agenthost.store.v1.Store.CommitStepsMany:output_type -> agenthost.store.v1.CommitStepsManyResponse
+	53, // 83: agenthost.store.v1.Store.Direct:output_type -> agenthost.store.v1.DirectResponse
+	63, // [63:84] is the sub-list for method output_type
+	42, // [42:63] is the sub-list for method input_type
 	42, // [42:42] is the sub-list for extension type_name
 	42, // [42:42] is the sub-list for extension extendee
 	0,  // [0:42] is the sub-list for field type_name
@@ -3589,7 +3718,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

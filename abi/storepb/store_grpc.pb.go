@@ -59,6 +59,7 @@ const (
 	Store_ReadSteps_FullMethodName       = "/agenthost.store.v1.Store/ReadSteps"
 	Store_ListThreads_FullMethodName     = "/agenthost.store.v1.Store/ListThreads"
 	Store_CommitStepsMany_FullMethodName = "/agenthost.store.v1.Store/CommitStepsMany"
+	Store_Direct_FullMethodName          = "/agenthost.store.v1.Store/Direct"
 )
 
 // StoreClient is the client API for Store service.
@@ -105,6 +106,14 @@ type StoreClient interface {
 	// an SDK older than this RPC answers UNIMPLEMENTED, having committed
 	// nothing; the host then sends each batch with CommitSteps.
 	CommitStepsMany(ctx context.Context, in *CommitStepsManyRequest, opts ...grpc.CallOption) (*CommitStepsManyResponse, error)
+	// Direct offers the host a direct local transport for the unary RPCs
+	// above: a Unix socket only the driver's user can reach, and a secret the
+	// host sends first on each connection. Frames on it carry the same
+	// request and reply messages and the same statuses as gRPC (see package
+	// internal/driverrpc, direct.go). A driver that does not offer one (an
+	// older SDK, another language) answers UNIMPLEMENTED, and the host keeps
+	// gRPC. Watch always stays on gRPC.
+	Direct(ctx context.Context, in *DirectRequest, opts ...grpc.CallOption) (*DirectResponse, error)
 }
 
 type storeClient struct {
@@ -324,6 +333,16 @@ func (c *storeClient) CommitStepsMany(ctx context.Context, in *CommitStepsManyRe
 	return out, nil
 }
 
+func (c *storeClient) Direct(ctx context.Context, in *DirectRequest, opts ...grpc.CallOption) (*DirectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DirectResponse)
+	err := c.cc.Invoke(ctx, Store_Direct_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -368,6 +387,14 @@ type StoreServer interface {
 	// an SDK older than this RPC answers UNIMPLEMENTED, having committed
 	// nothing; the host then sends each batch with CommitSteps.
 	CommitStepsMany(context.Context, *CommitStepsManyRequest) (*CommitStepsManyResponse, error)
+	// Direct offers the host a direct local transport for the unary RPCs
+	// above: a Unix socket only the driver's user can reach, and a secret the
+	// host sends first on each connection. Frames on it carry the same
+	// request and reply messages and the same statuses as gRPC (see package
+	// internal/driverrpc, direct.go). A driver that does not offer one (an
+	// older SDK, another language) answers UNIMPLEMENTED, and the host keeps
+	// gRPC. Watch always stays on gRPC.
+	Direct(context.Context, *DirectRequest) (*DirectResponse, error)
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -437,6 +464,9 @@ func (UnimplementedStoreServer) ListThreads(context.Context, *ListThreadsRequest
 }
 func (UnimplementedStoreServer) CommitStepsMany(context.Context, *CommitStepsManyRequest) (*CommitStepsManyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CommitStepsMany not implemented")
+}
+func (UnimplementedStoreServer) Direct(context.Context, *DirectRequest) (*DirectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Direct not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -812,6 +842,24 @@ func _Store_CommitStepsMany_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_Direct_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DirectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Direct(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Direct_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Direct(ctx, req.(*DirectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -894,6 +942,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CommitStepsMany",
 			Handler:    _Store_CommitStepsMany_Handler,
+		},
+		{
+			MethodName: "Direct",
+			Handler:    _Store_Direct_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
