@@ -52,6 +52,14 @@ type Config struct {
 	// Default 5s; negative: no heartbeat.
 	HeartbeatInterval time.Duration
 
+	// Transport is how the host's calls reach the driver: TransportAuto
+	// (""), the direct transport when the driver offers it (drivers
+	// served by this module's SDK do) and gRPC when it does not; or
+	// TransportGRPC, gRPC always. Unset, the TransportEnv variable of the
+	// host's environment decides. Watch's stream is on gRPC either way.
+	// See docs/adr/0151.
+	Transport string
+
 	// protocolVersions overrides the protocol versions offered (tests).
 	protocolVersions []int
 }
@@ -93,6 +101,16 @@ type Driver struct {
 	stopBeat context.CancelFunc
 	beat     sync.WaitGroup
 }
+
+// The values of Config.Transport.
+const (
+	TransportAuto = ""
+	TransportGRPC = "grpc"
+)
+
+// TransportEnv is the environment variable that sets Config.Transport
+// when the config leaves it unset: "grpc" keeps every call on gRPC.
+const TransportEnv = "AGENTHOST_DRIVER_TRANSPORT"
 
 // DefaultCallTimeout is the default of Config.CallTimeout.
 const DefaultCallTimeout = 15 * time.Second
@@ -168,6 +186,14 @@ func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if len(cfg.protocolVersions) == 0 {
 		cfg.protocolVersions = driverrpc.Versions()
+	}
+	if cfg.Transport == TransportAuto {
+		cfg.Transport = os.Getenv(TransportEnv)
+	}
+	switch cfg.Transport {
+	case TransportAuto, "direct", TransportGRPC:
+	default:
+		return nil, fmt.Errorf("%w: driver transport %q: want %q, or empty for the direct transport when the driver offers it", driver.ErrInvalidArgument, cfg.Transport, TransportGRPC)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path), lost: make(chan struct{})}
 	d.beatCtx, d.stopBeat = context.WithCancel(context.Background())
@@ -276,6 +302,22 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 	if !ok {
 		return fail(fmt.Errorf("driver %s: unexpected plugin type %T", d.cfg.Path, raw))
 	}
+	if d.cfg.Transport != TransportGRPC {
+		dctx, cancel := context.WithTimeout(ctx, d.cfg.CallTimeout)
+		err := c.UseDirect(dctx)
+		cancel()
+		switch {
+		case errors.Is(err, driverrpc.ErrNoDirect):
+			d.log.Debug("the store driver offers no direct transport: its calls go over gRPC", "reason", err)
+		case err != nil:
+			d.log.Warn("the store driver's direct transport cannot be used: its calls go over gRPC", "error", err)
+		}
+		fail = func(err error) (*instance, error) {
+			c.Disconnect()
+			pc.Kill()
+			return nil, err
+		}
+	}
 	if err := c.Open(ctx, d.cfg.DriverConfig); err != nil {
 		return fail(fmt.Errorf("opening driver %s: %w", d.cfg.Path, err))
 	}
@@ -331,6 +373,17 @@ func (d *Driver) Pid() int {
 		return rc.Pid
 	}
 	return 0
+}
+
+// Transport names the transport of the running process's calls: "direct"
+// or "grpc" (see Config.Transport); "" when no process runs.
+func (d *Driver) Transport() string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.cur == nil {
+		return ""
+	}
+	return d.cur.c.Transport()
 }
 
 // Generation counts the changes of what the driver's calls reach: it
@@ -459,6 +512,7 @@ func (d *Driver) get(ctx context.Context) (*instance, error) {
 			// connection first, and would wait for an answer.
 			_ = d.cur.proc.Kill()
 		}
+		d.cur.c.Disconnect()
 		d.cur.pc.Kill() // reap it
 		d.cur = nil
 		if !d.durable && !d.killed.Load() {
@@ -593,6 +647,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		if !in.pc.Exited() {
 			err = in.c.Close(ctx)
 		}
+		in.c.Disconnect()
 		in.pc.Kill()
 		done <- err
 	}()

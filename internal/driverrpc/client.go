@@ -17,7 +17,11 @@ import (
 // every call over gRPC to a driver served by storedriver.Serve. Errors come
 // back as the sentinels of package abi/driver (see FromStatus).
 type Client struct {
-	c      storepb.StoreClient
+	c storepb.StoreClient
+	// conn is the gRPC connection; direct, when not nil, the direct
+	// transport c goes through (see UseDirect).
+	conn   grpc.ClientConnInterface
+	direct *directConn
 	closed atomic.Bool
 	co     *coalescer[*storepb.Batch]
 	steps  *coalescer[*storepb.StepBatch]
@@ -31,7 +35,7 @@ var _ driver.Driver = (*Client)(nil)
 
 // NewClient returns a client over conn.
 func NewClient(conn grpc.ClientConnInterface) *Client {
-	c := &Client{c: storepb.NewStoreClient(conn)}
+	c := &Client{c: storepb.NewStoreClient(conn), conn: conn}
 	c.co = newCommits(c)
 	c.steps = newStepCommits(c)
 	return c
@@ -155,13 +159,16 @@ func (c *Client) ListRuns(ctx context.Context, state record.RunState, after stri
 	return RunsFromProto(r.Runs), nil
 }
 
-// Close implements driver.Driver: it closes the driver in the subprocess.
-// Calls after Close return ErrClosed; closing twice is not an error.
+// Close implements driver.Driver: it closes the driver in the subprocess,
+// and the direct transport's connections. Calls after Close return
+// ErrClosed; closing twice is not an error.
 func (c *Client) Close(ctx context.Context) error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	if _, err := c.c.Close(ctx, &storepb.CloseRequest{}, callOpts...); err != nil {
+	_, err := c.c.Close(ctx, &storepb.CloseRequest{}, callOpts...)
+	c.Disconnect()
+	if err != nil {
 		return c.fail(ctx, err)
 	}
 	return nil

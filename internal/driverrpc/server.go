@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -31,6 +32,8 @@ type Server struct {
 	d        driver.Driver
 	closed   bool
 	protocol int // the version the handshake chose; 0 until set
+
+	direct atomic.Pointer[DirectListener] // see ListenDirect
 }
 
 var _ storepb.StoreServer = (*Server)(nil)

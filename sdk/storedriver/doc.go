@@ -9,7 +9,9 @@
 //	func main() { storedriver.Serve(storedriver.FactoryFunc(open)) }
 //
 // Serve speaks the store protocol (package abi/storepb) over go-plugin and
-// gRPC, and ends the process when its host dies. Options adjust the
+// gRPC, and offers the host a direct transport next to it, a Unix socket
+// in a private directory that carries the unary calls with less work per
+// call (docs/adr/0151); it ends the process when its host dies. Options adjust the
 // process: WithMaxProcs runs it on fewer threads (memstore runs on one, see
 // docs/adr/0121). Logger is the logger a driver process logs with, so that
 // its lines reach the host's log with their levels and fields.

@@ -93,6 +93,17 @@ func Serve(f Factory, opts ...ServeOption) {
 	}
 	stopProfile := driverrpc.StartProfile(logger)
 	srv := driverrpc.NewServer(f)
+	// The direct transport (docs/adr/0151): offered next to gRPC, the host
+	// uses it for every call but Watch when it can reach it.
+	direct, err := srv.ListenDirect()
+	if err != nil {
+		logger.Warn("no direct transport: the host's calls go over gRPC", "error", err)
+	}
+	closeDirect := func() {
+		if direct != nil {
+			_ = direct.Close()
+		}
+	}
 	stop := onceStop(func(why string) {
 		logger.Info("ending the driver process", "reason", why)
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -108,6 +119,7 @@ func Serve(f Factory, opts ...ServeOption) {
 			err = errors.New("the driver did not close within " + closeTimeout.String())
 		}
 		stopProfile()
+		closeDirect()
 		if err != nil {
 			logger.Error("closing the driver", "error", err)
 			os.Exit(1)
@@ -140,6 +152,7 @@ func Serve(f Factory, opts ...ServeOption) {
 	if err := srv.CloseDriver(ctx); err != nil {
 		logger.Error("closing the driver", "error", err)
 	}
+	closeDirect()
 	stopProfile()
 }
 
