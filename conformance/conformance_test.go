@@ -19,6 +19,18 @@ func TestMemstore(t *testing.T) {
 	}
 }
 
+// TestMemstoreOverGRPC: the suite over gRPC, the transport of a driver
+// that offers no direct one (the others run over the direct transport,
+// which the SDK's drivers offer).
+func TestMemstoreOverGRPC(t *testing.T) {
+	needBins(t)
+	target := conformance.Launched(bins["memstore"]+" over gRPC", driverhost.Config{Path: bins["memstore"], Transport: driverhost.TransportGRPC}, conformance.NoConfig)
+	rep := conformance.Run(t, target, conformance.Options{})
+	if !slices.Equal(rep.Passed, []conformance.Tier{conformance.TierBasic}) {
+		t.Errorf("memstore over gRPC passed tiers %v, want [basic]", rep.Passed)
+	}
+}
+
 func TestBadgerstore(t *testing.T) {
 	needBins(t)
 	rep := conformance.Run(t, conformance.Binary(bins["badgerstore"], conformance.DirConfig), conformance.Options{})

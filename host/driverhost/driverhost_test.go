@@ -328,10 +328,24 @@ func TestRestart(t *testing.T) {
 // TestKillDuringCommits: kill -9 of badgerstore during a stream of commits
 // from several goroutines. After the restart every acknowledged commit is
 // there, and every commit is whole or absent.
+// TestKillDuringCommits: a driver killed while commits are in flight,
+// over either transport: each commit cut fails with ErrUnavailable (its
+// outcome unknown), and none acknowledged is lost.
 func TestKillDuringCommits(t *testing.T) {
+	for _, transport := range []string{"direct", driverhost.TransportGRPC} {
+		t.Run(transport, func(t *testing.T) { killDuringCommits(t, transport) })
+	}
+}
+
+func killDuringCommits(t *testing.T, transport string) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	d := launch(t, config(t, "badgerstore", dir))
+	cfg := config(t, "badgerstore", dir)
+	cfg.Transport = transport
+	d := launch(t, cfg)
+	if d.Transport() != transport {
+		t.Fatalf("transport %q, want %q", d.Transport(), transport)
+	}
 	const writers = 6
 	acked := make([]int64, writers) // highest acknowledged version per thread
 	var wg sync.WaitGroup
@@ -415,6 +429,9 @@ func TestKillDuringCommits(t *testing.T) {
 		}
 	}
 	check(d)
+	if d.Transport() != transport {
+		t.Fatalf("transport %q after the relaunch, want %q", d.Transport(), transport)
+	}
 	if d.Starts() != 2 {
 		t.Fatalf("started %d times, want 2", d.Starts())
 	}
@@ -422,7 +439,7 @@ func TestKillDuringCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	// And a fresh launch on the same directory sees the same.
-	d = launch(t, config(t, "badgerstore", dir))
+	d = launch(t, cfg)
 	check(d)
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -446,6 +463,36 @@ func wholeBatch(th string, v int64) driver.Batch {
 		},
 		Idempotency: []record.Idempotency{{ThreadID: th, Key: fmt.Sprintf("key-%d", n), RunID: run, InputMessageID: run + "-in"}},
 	}
+}
+
+// TestTransport: drivers served by the SDK are reached over the direct
+// transport unless the config or the environment asks for gRPC; both
+// carry the whole contract.
+func TestTransport(t *testing.T) {
+	d := launch(t, config(t, "memstore", ""))
+	if d.Transport() != "direct" {
+		t.Fatalf("transport %q by default, want direct", d.Transport())
+	}
+	cfg := config(t, "memstore", "")
+	cfg.Transport = driverhost.TransportGRPC
+	if d := launch(t, cfg); d.Transport() != "grpc" {
+		t.Fatalf("transport %q with Config.Transport grpc, want grpc", d.Transport())
+	}
+	cfg.Transport = "carrier pigeon"
+	if _, err := driverhost.Launch(context.Background(), cfg); !errors.Is(err, driver.ErrInvalidArgument) {
+		t.Fatalf("an unknown transport: %v, want ErrInvalidArgument", err)
+	}
+	t.Setenv(driverhost.TransportEnv, "grpc")
+	if d := launch(t, config(t, "memstore", "")); d.Transport() != "grpc" {
+		t.Fatalf("transport %q with %s=grpc, want grpc", d.Transport(), driverhost.TransportEnv)
+	}
+	storedrivertest.Run(t, func(t *testing.T) driver.Driver {
+		d := launch(t, config(t, "memstore", ""))
+		if d.Transport() != "grpc" {
+			t.Fatalf("transport %q, want grpc", d.Transport())
+		}
+		return d.Store()
+	})
 }
 
 // TestKillDuringRelaunch: a Kill while a dead driver process is being

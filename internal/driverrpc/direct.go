@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -120,6 +121,8 @@ type DirectListener struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
+
+	served atomic.Int64 // calls answered
 }
 
 // ListenDirect starts the direct transport of s: a socket in a fresh
@@ -273,6 +276,7 @@ func (l *DirectListener) serve(c net.Conn) {
 // call runs the handler of method id on payload and appends the reply's
 // frame to out.
 func (l *DirectListener) call(out []byte, id uint8, call uint32, timeout int64, payload []byte) []byte {
+	l.served.Add(1)
 	out = append(out, make([]byte, replyHeadSize)...)
 	m, ok := l.methods[id]
 	var resp any

@@ -11,3 +11,17 @@ func StepsQueued(c *Client) int {
 // StepsOneByOne reports whether c sends step commits one by one, having
 // found that the driver does not know CommitStepsMany.
 func StepsOneByOne(c *Client) bool { return c.noStepsMany.Load() }
+
+// DirectServed counts the calls l answered.
+func DirectServed(l *DirectListener) int64 { return l.served.Load() }
+
+// DirectOpen returns how many direct connections c has open, and how many
+// of them are idle.
+func DirectOpen(c *Client) (open, idle int) {
+	if c.direct == nil {
+		return 0, 0
+	}
+	c.direct.mu.Lock()
+	defer c.direct.mu.Unlock()
+	return c.direct.open, len(c.direct.idle)
+}
