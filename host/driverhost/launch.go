@@ -315,6 +315,7 @@ func (d *Driver) start(ctx context.Context) (*instance, error) {
 		fail = func(err error) (*instance, error) {
 			c.Disconnect()
 			pc.Kill()
+			c.RemoveDirectSocket()
 			return nil, err
 		}
 	}
@@ -514,6 +515,7 @@ func (d *Driver) get(ctx context.Context) (*instance, error) {
 		}
 		d.cur.c.Disconnect()
 		d.cur.pc.Kill() // reap it
+		d.cur.c.RemoveDirectSocket()
 		d.cur = nil
 		if !d.durable && !d.killed.Load() {
 			d.loseLocked()
@@ -649,6 +651,7 @@ func (d *Driver) Close(ctx context.Context) error {
 		}
 		in.c.Disconnect()
 		in.pc.Kill()
+		in.c.RemoveDirectSocket()
 		done <- err
 	}()
 	select {

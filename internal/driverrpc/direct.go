@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,13 +95,15 @@ var directIDs = func() map[string]uint8 {
 }()
 
 const (
-	secretSize     = 32
-	reqHeaderSize  = 4 + 1 + 4 + 8
-	replyHeadSize  = 4 + 4 + 1
-	statusOK       = 0
-	statusError    = 1
-	helloTimeout   = 10 * time.Second
-	maxServerConns = 1024
+	// directDirPrefix begins the name of a socket's directory.
+	directDirPrefix = "agenthost-driver-"
+	secretSize      = 32
+	reqHeaderSize   = 4 + 1 + 4 + 8
+	replyHeadSize   = 4 + 4 + 1
+	statusOK        = 0
+	statusError     = 1
+	helloTimeout    = 10 * time.Second
+	maxServerConns  = 1024
 	// maxKeptBuffer bounds a buffer a connection keeps between calls.
 	maxKeptBuffer = 1 << 20
 )
@@ -131,7 +134,7 @@ type DirectListener struct {
 // answers the Direct RPC with them. Close the listener when the process
 // ends: it removes the directory.
 func (s *Server) ListenDirect() (*DirectListener, error) {
-	dir, err := os.MkdirTemp("", "agenthost-driver-")
+	dir, err := os.MkdirTemp("", directDirPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("direct transport: %w", err)
 	}
@@ -694,4 +697,24 @@ func (c *Client) Disconnect() {
 	if c.direct != nil {
 		c.direct.close()
 	}
+}
+
+// RemoveDirectSocket removes the direct transport's socket and its
+// directory (when empty) of a driver process that has ended: one killed
+// could not remove them itself. It removes nothing but a socket in a
+// directory named as ListenDirect names them.
+func (c *Client) RemoveDirectSocket() {
+	if c.direct == nil {
+		return
+	}
+	path := c.direct.addr
+	dir := filepath.Dir(path)
+	if !strings.HasPrefix(filepath.Base(dir), directDirPrefix) {
+		return
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return
+	}
+	_ = os.Remove(path)
+	_ = os.Remove(dir) // only when empty
 }

@@ -409,3 +409,16 @@ func TestDirectDriverGone(t *testing.T) {
 		t.Fatal("a call went over the closed direct transport")
 	}
 }
+
+// TestRemoveDirectSocket: the host removes the socket a killed driver
+// left, and its directory.
+func TestRemoveDirectSocket(t *testing.T) {
+	c, l := connectDirect(t, memFactory)
+	c.Disconnect()
+	c.RemoveDirectSocket()
+	for _, p := range []string{l.Path(), strings.TrimSuffix(l.Path(), "/store.sock")} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after RemoveDirectSocket: %v, want it removed", p, err)
+		}
+	}
+}
