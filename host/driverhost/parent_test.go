@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // parentMain launches the memstore driver, prints its pid, and waits to be
 // killed.
 func parentMain() int {
-	d, err := driverhost.Launch(context.Background(), driverhost.Config{Path: os.Getenv("AGENTHOST_TEST_PARENT"), Logger: quiet})
+	d, err := driverhost.Launch(context.Background(), driverhost.Config{Path: os.Getenv("AGENTHOST_TEST_PARENT"), Logger: quiet, Env: []string{"TMPDIR=" + os.TempDir()}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -26,7 +27,8 @@ func parentMain() int {
 	select {}
 }
 
-// TestParentDeath: a driver whose host is killed with SIGKILL ends.
+// TestParentDeath: a driver whose host is killed with SIGKILL ends, by its
+// own stop: the direct transport's socket directory is removed.
 func TestParentDeath(t *testing.T) {
 	needBins(t)
 	exe, err := os.Executable()
@@ -34,7 +36,8 @@ func TestParentDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "AGENTHOST_TEST_PARENT="+bins["memstore"])
+	tmp := t.TempDir() // the driver makes its socket's directory here
+	cmd.Env = append(os.Environ(), "AGENTHOST_TEST_PARENT="+bins["memstore"], "TMPDIR="+tmp)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -63,16 +66,23 @@ func TestParentDeath(t *testing.T) {
 	// bound on a hang, not a timing assertion.
 	for i := 0; ; i++ {
 		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-			return
+			break
 		}
 		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && isZombie(stat) {
-			return // ended, waiting for its new parent to reap it
+			break // ended, waiting for its new parent to reap it
 		}
 		if i == 600 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("driver %d outlived its host", pid)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	left, err := filepath.Glob(filepath.Join(tmp, "agenthost-driver-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("the driver ended without its stop: %v left behind", left)
 	}
 }
 

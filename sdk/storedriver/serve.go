@@ -87,6 +87,11 @@ func Serve(f Factory, opts ...ServeOption) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// The driver logs to its stderr, a pipe the host reads. Once the host
+	// is gone a write there would end the process with SIGPIPE before its
+	// stop could close the store and remove the direct socket; ignored,
+	// the write fails and the stop runs.
+	signal.Ignore(syscall.SIGPIPE)
 	logger := Logger("driver")
 	if n := o.procs(os.LookupEnv); n > 0 {
 		runtime.GOMAXPROCS(n)
