@@ -10,6 +10,7 @@ import (
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/record"
+	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/plugins/badgerstore/badgerdriver"
 	"github.com/agenthost/agenthost/sdk/storedriver"
 )
@@ -201,4 +202,10 @@ func (b *brokenSteps) CommitMany(ctx context.Context, bs []driver.Batch) ([]int6
 	}
 	wg.Wait()
 	return vs, es
+}
+
+// CommitManyEncoded is CommitMany: the protocol's server prefers it to
+// CommitMany, and the embedded driver's would commit the group correctly.
+func (b *brokenSteps) CommitManyEncoded(ctx context.Context, bs []driver.Batch, _ []*driverrpc.Encoded) ([]int64, []error) {
+	return b.CommitMany(ctx, bs)
 }
