@@ -130,11 +130,15 @@ func (a Approval) answerRecord(callID string) (record.Answer, error) {
 //
 // Input the canonical form would silently change is refused instead: a
 // key repeated in one object (a decoder keeps the last, so the tool would
-// run with a value the person may not have meant) and text that is not
-// valid UTF-8 (a decoder replaces it).
+// run with a value the person may not have meant), text that is not
+// valid UTF-8 and an escaped UTF-16 surrogate without its pair (a decoder
+// replaces either with U+FFFD).
 func canonicalObject(s string) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", fmt.Errorf("%w: edit's arguments are not valid UTF-8", ErrInvalid)
+	}
+	if loneSurrogate(s) {
+		return "", fmt.Errorf("%w: edit's arguments hold an escaped UTF-16 surrogate without its pair", ErrInvalid)
 	}
 	if err := uniqueKeys(s); err != nil {
 		return "", err
@@ -158,6 +162,64 @@ func canonicalObject(s string) (string, error) {
 		return "", fmt.Errorf("%w: edit's arguments: %v", ErrInvalid, err)
 	}
 	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// loneSurrogate reports whether a string of the JSON text s holds a \u
+// escape of a UTF-16 surrogate that is not the high half followed by the
+// low half of a pair. Syntax errors are left to the decoder.
+func loneSurrogate(s string) bool {
+	inString := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && (i+1 >= len(s) || s[i+1] != 'u'):
+			i++ // a one-character escape, \\ among them
+		case c == '\\':
+			r, ok := hex4(s[i+2:])
+			if !ok {
+				return false
+			}
+			i += 5 // the escape's last digit
+			switch {
+			case r >= 0xdc00 && r < 0xe000:
+				return true // a low half first
+			case r >= 0xd800 && r < 0xdc00:
+				if i+6 >= len(s) || s[i+1] != '\\' || s[i+2] != 'u' {
+					return true
+				}
+				if lo, ok := hex4(s[i+3:]); !ok || lo < 0xdc00 || lo >= 0xe000 {
+					return true
+				}
+				i += 6
+			}
+		}
+	}
+	return false
+}
+
+// hex4 parses the four hex digits s begins with.
+func hex4(s string) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[:4]) {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // uniqueKeys walks the JSON text s token by token and refuses an object
