@@ -346,10 +346,14 @@ func (w *wireConn) readAnswer(br *bufio.Reader) (status int, closeAfter bool, er
 	return status, closeAfter, err
 }
 
+// An answer longer than maxAnswer is an error, never cut short.
 func readAll(r io.Reader, b []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Write(b)
-	_, err := buf.ReadFrom(io.LimitReader(r, maxAnswer))
+	n, err := buf.ReadFrom(io.LimitReader(r, maxAnswer+1))
+	if err == nil && n > maxAnswer {
+		return nil, fmt.Errorf("answer over %d bytes", maxAnswer)
+	}
 	return buf.Bytes(), err
 }
 

@@ -192,3 +192,15 @@ func TestUseWire(t *testing.T) {
 		t.Error("a client with a proxy is spoken to on the wire")
 	}
 }
+
+// TestWireReadAllRefusesLongAnswers: an answer without a length (chunked,
+// or ending with its connection) that runs past the limit is an error, not
+// an answer cut short.
+func TestWireReadAllRefusesLongAnswers(t *testing.T) {
+	if b, err := readAll(strings.NewReader(strings.Repeat("x", maxAnswer)), []byte("y")); err != nil || len(b) != maxAnswer+1 {
+		t.Fatalf("an answer at the limit: %d bytes, %v", len(b), err)
+	}
+	if _, err := readAll(strings.NewReader(strings.Repeat("x", maxAnswer+1)), nil); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("an answer past the limit: %v", err)
+	}
+}
