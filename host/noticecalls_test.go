@@ -91,8 +91,8 @@ func callsHost(t *testing.T, name string, d driver.Driver, release chan struct{}
 	return answerHost(t, "answered by "+name, name, d, release)
 }
 
-// answerHost is callsHost answering ans.
-func answerHost(t *testing.T, ans, name string, d driver.Driver, release chan struct{}) *host.Runtime {
+// heldModel answers ans once release lets its step's delay end.
+func heldModel(t *testing.T, ans string, release chan struct{}) *model.Scripted {
 	t.Helper()
 	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: ans, Delay: model.Duration(time.Hour)}}})
 	if err != nil {
@@ -106,6 +106,13 @@ func answerHost(t *testing.T, ans, name string, d driver.Driver, release chan st
 			return ctx.Err()
 		}
 	}
+	return m
+}
+
+// answerHost is callsHost answering ans.
+func answerHost(t *testing.T, ans, name string, d driver.Driver, release chan struct{}) *host.Runtime {
+	t.Helper()
+	m := heldModel(t, ans, release)
 	rt, err := host.New(context.Background(), host.Config{Driver: d, Model: m, Logger: quietLog, HostName: name, LeaseTTL: longLease, PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -322,18 +329,7 @@ func TestSharedNoticeFallbacks(t *testing.T) {
 func TestToldWaitReadsAtThePollInterval(t *testing.T) {
 	c := newCounting(memdriver.NewShared(nil))
 	release := make(chan struct{}, 1)
-	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{{Answer: "done", Delay: model.Duration(time.Hour)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Sleep = func(ctx context.Context, _ time.Duration) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	m := heldModel(t, "done", release)
 	rt, err := host.New(context.Background(), host.Config{Driver: c, Model: m, Logger: quietLog, LeaseTTL: longLease, PollInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
