@@ -155,6 +155,7 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		}
 	}
 	var restartEpoch int64
+	var restartLoad time.Time // the load goes on at least until then
 	if phaseErr == nil && o.Restart {
 		// Once the victim's lease has expired and its threads moved, it
 		// comes back with a new lease, and must get a share of the threads.
@@ -176,10 +177,15 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 				logf("host0 restarted (lease %d) at %d accepted", restartEpoch, load.Accepted())
 			}
 		}
-		// The rest of the load comes after the restart.
+		// The rest of the load comes after the restart: a third of it, and
+		// for long enough that the others have seen the new lease (they
+		// read the leases every poll interval) and handed back the threads
+		// that belong with it as those went idle. A count alone could pass
+		// in a second or two on a fast machine, before any hand-back.
 		o.Accepted = max(o.Accepted, load.Accepted()+o.Accepted/3)
+		restartLoad = time.Now().Add(max(5*time.Second, 2*o.LeaseTTL))
 	}
-	for phaseErr == nil && load.Accepted() < o.Accepted {
+	for phaseErr == nil && (load.Accepted() < o.Accepted || time.Now().Before(restartLoad)) {
 		if time.Now().After(deadline) {
 			phaseErr = fmt.Errorf("targets not met in %s: %d/%d accepted", o.MaxDuration, load.Accepted(), o.Accepted)
 		}
