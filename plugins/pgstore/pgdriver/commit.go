@@ -451,15 +451,7 @@ func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, recs []record
 	}
 	states := make([][]pgtype.Text, len(rs))
 	messages := make([][]pgtype.Text, len(rs))
-	sent := false
-	err := d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
-		sent = false
-		conn, err := d.pool.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Release()
-		batch := &pgx.Batch{}
+	sent, err := d.sendBatch(ctx, func(batch *pgx.Batch) {
 		for r, g := range gs {
 			states[r], messages[r] = nil, nil
 			batch.Queue(d.sql.commitGroup, g.threads, g.expected, g.versions, g.fences, g.owner,
@@ -472,8 +464,6 @@ func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, recs []record
 				return row.Scan(&states[r], &messages[r])
 			})
 		}
-		sent = true
-		return conn.SendBatch(ctx, batch).Close()
 	})
 	var pe *pgconn.PgError
 	if err != nil && sent && errors.As(err, &pe) && pe.Severity == "ERROR" && pe.Code != "40003" && !connectionLost(err) {
@@ -489,11 +479,8 @@ func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, recs []record
 				versions[i] = bs[i].Thread.Version
 			case err == nil:
 				errs[i] = mapError(&pgconn.PgError{Code: states[r][j].String, Message: messages[r][j].String})
-			case sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil):
-				errs[i] = fmt.Errorf("%w: pgstore: commit %s of thread %s (in a group of %d): outcome unknown (%v); read the thread's LastCommitID",
-					driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, len(order), err)
 			default:
-				errs[i] = mapOpError(ctx, err)
+				errs[i] = memberError(ctx, bs[i], len(order), sent, err)
 			}
 		}
 	}
@@ -506,15 +493,7 @@ func (d *Driver) sendGroup(ctx context.Context, bs []driver.Batch, recs []record
 func (d *Driver) sendMany(ctx context.Context, bs []driver.Batch, as []*args, order []int, versions []int64, errs []error) []rolledBackMember[int] {
 	type outcome struct{ state, constraint, message, detail *string }
 	outs := make([]outcome, len(bs))
-	sent := false
-	err := d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
-		sent = false
-		conn, err := d.pool.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Release()
-		batch := &pgx.Batch{}
+	sent, err := d.sendBatch(ctx, func(batch *pgx.Batch) {
 		for _, i := range order {
 			a := as[i]
 			o := &outs[i]
@@ -528,10 +507,6 @@ func (d *Driver) sendMany(ctx context.Context, bs []driver.Batch, as []*args, or
 				return row.Scan(&o.state, &o.constraint, &o.message, &o.detail)
 			})
 		}
-		sent = true
-		// One pipeline, one implicit transaction: it commits when the last
-		// statement succeeds, or not at all.
-		return conn.SendBatch(ctx, batch).Close()
 	})
 	var again []rolledBackMember[int]
 	for _, i := range order {
@@ -543,14 +518,46 @@ func (d *Driver) sendMany(ctx context.Context, bs []driver.Batch, as []*args, or
 		case err == nil:
 			o := outs[i]
 			errs[i] = mapError(&pgconn.PgError{Code: *o.state, ConstraintName: deref(o.constraint), Message: deref(o.message), Detail: deref(o.detail)})
-		case sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil):
-			errs[i] = fmt.Errorf("%w: pgstore: commit %s of thread %s (in a group of %d): outcome unknown (%v); read the thread's LastCommitID",
-				driver.ErrUnavailable, bs[i].CommitID, bs[i].ThreadID, len(order), err)
 		default:
-			errs[i] = mapOpError(ctx, err)
+			errs[i] = memberError(ctx, bs[i], len(order), sent, err)
 		}
 	}
 	return again
+}
+
+// sendBatch sends the statements queue puts in a batch as one pipeline on
+// one connection, and so one implicit transaction: it commits when the
+// last statement succeeds, or not at all. Like Commit, it tries again
+// while nothing was sent or the failure proves the transaction rolled
+// back (see rolledBack); queue is called on every try, on a new batch,
+// and must reset whatever its statements' callbacks set. sent says
+// whether the last try sent the batch, err is its error.
+func (d *Driver) sendBatch(ctx context.Context, queue func(*pgx.Batch)) (sent bool, err error) {
+	err = d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
+		sent = false
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return err // nothing was sent
+		}
+		defer conn.Release()
+		batch := &pgx.Batch{}
+		queue(batch)
+		sent = true
+		return conn.SendBatch(ctx, batch).Close()
+	})
+	return sent, err
+}
+
+// memberError is the error of batch b, one of n sent together, when
+// sendBatch failed with err: driver.ErrUnavailable when the batch was sent
+// and the failure leaves its outcome unknown (the host settles it through
+// LastCommitID), else err mapped as any operation's.
+func memberError(ctx context.Context, b driver.Batch, n int, sent bool, err error) error {
+	if sent && !rolledBack(err) && (connectionLost(err) || ctx.Err() != nil) {
+		return fmt.Errorf("%w: pgstore: commit %s of thread %s (in a group of %d): outcome unknown (%v); read the thread's LastCommitID",
+			driver.ErrUnavailable, b.CommitID, b.ThreadID, n, err)
+	}
+	return mapOpError(ctx, err)
 }
 
 func deref(s *string) string {
