@@ -2,37 +2,18 @@ package soak_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
-	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/host/httpapi"
-	"github.com/agenthost/agenthost/host/model"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/internal/apitest"
 	"github.com/agenthost/agenthost/soak"
 )
 
 func TestClosedLoop(t *testing.T) {
 	ctx := context.Background()
-	m, err := model.NewScripted(model.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := host.New(ctx, host.Config{Driver: memdriver.New(), Model: m, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.New(rt, httpapi.Options{Logger: logger}))
-	t.Cleanup(func() {
-		srv.Close()
-		rt.Close(ctx)
-	})
+	srv := apitest.New(t, apitest.Config{})
 	c := soak.NewClient(srv.URL)
 	st, err := soak.ClosedLoop{Clients: 3, Runs: 20, PerThread: 4}.Run(ctx, c)
 	if err != nil {
@@ -66,27 +47,14 @@ func TestClosedLoop(t *testing.T) {
 // TCP handshakes, and cost both sides CPU).
 func TestClosedLoopKeepsItsConnections(t *testing.T) {
 	ctx := context.Background()
-	m, err := model.NewScripted(model.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := host.New(ctx, host.Config{Driver: memdriver.New(), Model: m, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(httpapi.New(rt, httpapi.Options{Logger: logger}))
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			conns.Add(1)
+	srv := apitest.New(t, apitest.Config{HTTP: func(hs *http.Server) {
+		hs.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
 		}
-	}
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		rt.Close(ctx)
-	})
+	}})
 	st, err := soak.ClosedLoop{Clients: 1, Runs: 40, PerThread: 10}.Run(ctx, soak.NewClient(srv.URL))
 	if err != nil || st.Runs != 40 {
 		t.Fatalf("%d runs, %v", st.Runs, err)

@@ -2,42 +2,30 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/host/httpapi"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/toolpolicy"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/internal/apitest"
 )
 
 // TestApproveRejectRespond: runs show lists a waiting run's calls, and the
 // three commands answer them.
 func TestApproveRejectRespond(t *testing.T) {
-	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{
-		{Tool: &model.ScriptTool{Name: "read_thread", Arguments: `{"n":1}`}},
-		{Answer: "done"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ask := toolpolicy.Static{Verdict: toolpolicy.Ask, Prompt: "read the thread?", Approvals: 1}
-	rt, err := host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Tools: []model.Tool{readThreadTool{}}, ToolPolicy: ask, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.New(rt, httpapi.Options{Logger: log}))
-	t.Cleanup(func() {
-		srv.Close()
-		rt.Close(context.Background())
+	api := apitest.New(t, apitest.Config{
+		Script: model.Script{Steps: []model.ScriptStep{
+			{Tool: &model.ScriptTool{Name: "read_thread", Arguments: `{"n":1}`}},
+			{Answer: "done"},
+		}},
+		Host: host.Config{
+			Tools:      []model.Tool{readThreadTool{}},
+			ToolPolicy: toolpolicy.Static{Verdict: toolpolicy.Ask, Prompt: "read the thread?", Approvals: 1},
+		},
 	})
-	url := srv.URL
+	rt, url := api.Runtime, api.URL
 	waitingRun := func(thread string) (string, string) {
 		t.Helper()
 		tk, err := rt.Submit(context.Background(), thread, "hello", host.SubmitOptions{})

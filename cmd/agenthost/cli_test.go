@@ -1,36 +1,16 @@
 package main
 
 import (
-	"context"
 	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/agenthost/agenthost/host"
-	"github.com/agenthost/agenthost/host/httpapi"
-	"github.com/agenthost/agenthost/host/model"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/internal/apitest"
 )
 
 func cliServer(t *testing.T) string {
 	t.Helper()
-	m, err := model.NewScripted(model.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.New(rt, httpapi.Options{Logger: log}))
-	t.Cleanup(func() {
-		srv.Close()
-		rt.Close(context.Background())
-	})
-	return srv.URL
+	return apitest.New(t, apitest.Config{}).URL
 }
 
 func runCmd(run func([]string, io.Writer, io.Writer) int, args ...string) (int, string, string) {

@@ -2,10 +2,7 @@ package httpapi_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,7 @@ import (
 	"github.com/agenthost/agenthost/host/httpapi"
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/toolpolicy"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/internal/apitest"
 )
 
 type okTool struct{}
@@ -25,24 +22,16 @@ func (okTool) Call(context.Context, string) (string, error) { return "removed", 
 // TestApprovals: a run the tool policy stops shows state waiting with its
 // pending approvals, and the approvals route answers it.
 func TestApprovals(t *testing.T) {
-	m, err := model.NewScripted(model.Script{Steps: []model.ScriptStep{
-		{Tool: &model.ScriptTool{Name: "remove", Arguments: `{"path":"/tmp/x"}`}},
-		{Answer: "done"},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := host.New(context.Background(), host.Config{Driver: memdriver.New(), Model: m, Tools: []model.Tool{okTool{}}, Logger: logger,
-		ToolPolicy: toolpolicy.Static{Verdict: toolpolicy.Ask, Prompt: "remove it?", Approvals: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{Server: httptest.NewServer(httpapi.New(rt, httpapi.Options{Logger: logger})), rt: rt}
-	t.Cleanup(func() {
-		s.Close()
-		rt.Close(context.Background())
+	api := apitest.New(t, apitest.Config{
+		Script: model.Script{Steps: []model.ScriptStep{
+			{Tool: &model.ScriptTool{Name: "remove", Arguments: `{"path":"/tmp/x"}`}},
+			{Answer: "done"},
+		}},
+		Host: host.Config{Tools: []model.Tool{okTool{}},
+			ToolPolicy: toolpolicy.Static{Verdict: toolpolicy.Ask, Prompt: "remove it?", Approvals: 1}},
 	})
+	rt := api.Runtime
+	s := &server{Server: api.Server, rt: rt}
 	resp, body := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"clean"}`)
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", resp.StatusCode, body)

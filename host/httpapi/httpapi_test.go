@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/policy"
 	"github.com/agenthost/agenthost/host/runstate"
+	"github.com/agenthost/agenthost/internal/apitest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -63,13 +63,10 @@ func newServerWith(t testing.TB, gated bool, opt httpapi.Options, script model.S
 // newServerOn is newServerWith over the store driver d.
 func newServerOn(t testing.TB, d driver.Driver, gated bool, opt httpapi.Options, script model.Script, tools ...model.Tool) *server {
 	t.Helper()
-	m, err := model.NewScripted(script)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &server{gate: make(chan struct{}), entered: make(chan struct{}, 16)}
+	cfg := apitest.Config{Script: script}
 	if gated {
-		m.Sleep = func(ctx context.Context, _ time.Duration) error {
+		cfg.Sleep = func(ctx context.Context, _ time.Duration) error {
 			select {
 			case s.entered <- struct{}{}:
 			default:
@@ -82,20 +79,12 @@ func newServerOn(t testing.TB, d driver.Driver, gated bool, opt httpapi.Options,
 			}
 		}
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	lat := &httpapi.CommitLatency{}
-	s.rt, err = host.New(context.Background(), host.Config{Driver: d, Model: m, Tools: tools, Policy: hintPolicy{}, Logger: logger, ObserveCommit: lat.Observe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.Logger, opt.CommitLatency = logger, lat
-	s.Server = httptest.NewServer(httpapi.New(s.rt, opt))
-	t.Cleanup(func() {
-		s.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		s.rt.Close(ctx)
-	})
+	cfg.Host = host.Config{Driver: d, Tools: tools, Policy: hintPolicy{}, ObserveCommit: lat.Observe}
+	opt.CommitLatency = lat
+	cfg.API = opt
+	api := apitest.New(t, cfg)
+	s.Server, s.rt = api.Server, api.Runtime
 	return s
 }
 

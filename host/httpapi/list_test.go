@@ -2,10 +2,7 @@ package httpapi_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sort"
 	"sync"
@@ -15,7 +12,7 @@ import (
 	"github.com/agenthost/agenthost/abi/record"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/httpapi"
-	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/internal/apitest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -64,22 +61,8 @@ func (l *listingDriver) ListThreads(ctx context.Context, after string, limit int
 
 func serveDriver(t *testing.T, d driver.Driver) *server {
 	t.Helper()
-	m, err := model.NewScripted(model.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := &server{}
-	s.rt, err = host.New(context.Background(), host.Config{Driver: d, Model: m, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Server = httptest.NewServer(httpapi.New(s.rt, httpapi.Options{Logger: logger}))
-	t.Cleanup(func() {
-		s.Close()
-		s.rt.Close(context.Background())
-	})
-	return s
+	api := apitest.New(t, apitest.Config{Host: host.Config{Driver: d}})
+	return &server{Server: api.Server, rt: api.Runtime}
 }
 
 // settle submits content to thread and waits for its answer.

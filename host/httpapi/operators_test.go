@@ -22,7 +22,7 @@ import (
 	"github.com/agenthost/agenthost/host/httpapi"
 	hmodel "github.com/agenthost/agenthost/host/model"
 	"github.com/agenthost/agenthost/host/observe"
-	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
+	"github.com/agenthost/agenthost/internal/apitest"
 )
 
 type lookup struct{}
@@ -65,23 +65,18 @@ func newInstrumented(t *testing.T, opt httpapi.Options) *instrumented {
 	}
 	s := &instrumented{exp: tracetest.NewInMemoryExporter(), logs: &syncBuffer{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	tr := observe.NewTracer(tp)
 	met := observe.NewMetrics()
-	log := slog.New(slog.NewTextHandler(s.logs, nil))
-	s.rt, err = host.New(context.Background(), host.Config{
-		Driver: memdriver.New(), Model: observe.Model(sm, "scripted", met, tr), Tools: observe.Tools([]hmodel.Tool{lookup{}}, met, tr),
-		Observer: tr, Logger: log,
+	opt.TracerProvider, opt.Collectors = tp, []prometheus.Collector{met}
+	api := apitest.New(t, apitest.Config{
+		Host: host.Config{
+			Model: observe.Model(sm, "scripted", met, tr), Tools: observe.Tools([]hmodel.Tool{lookup{}}, met, tr),
+			Observer: tr, Logger: slog.New(slog.NewTextHandler(s.logs, nil)),
+		},
+		API: opt,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.Logger, opt.TracerProvider, opt.Collectors = log, tp, []prometheus.Collector{met}
-	s.Server = httptest.NewServer(httpapi.New(s.rt, opt))
-	t.Cleanup(func() {
-		s.Close()
-		s.rt.Close(context.Background())
-		tp.Shutdown(context.Background())
-	})
+	s.Server, s.rt = api.Server, api.Runtime
 	return s
 }
 

@@ -3,9 +3,6 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +11,7 @@ import (
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/host"
 	"github.com/agenthost/agenthost/host/httpapi"
-	"github.com/agenthost/agenthost/host/model"
+	"github.com/agenthost/agenthost/internal/apitest"
 	"github.com/agenthost/agenthost/plugins/memstore/memdriver"
 )
 
@@ -41,26 +38,21 @@ type readiness struct {
 // while the server drains; /healthz, liveness, says yes throughout.
 func TestReadyz(t *testing.T) {
 	gate := make(chan struct{})
-	m, err := model.NewScripted(model.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Sleep = func(ctx context.Context, _ time.Duration) error {
-		select {
-		case <-gate:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	d := &downDriver{Driver: memdriver.New()}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rt, err := host.New(context.Background(), host.Config{Driver: d, Model: m, Policy: hintPolicy{}, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{rt: rt, Server: httptest.NewServer(httpapi.New(rt, httpapi.Options{Logger: logger, Token: "t0k3n"}))}
-	defer s.Close()
+	api := apitest.New(t, apitest.Config{
+		Sleep: func(ctx context.Context, _ time.Duration) error {
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Host: host.Config{Driver: d, Policy: hintPolicy{}},
+		API:  httpapi.Options{Token: "t0k3n"},
+	})
+	rt := api.Runtime
+	s := &server{rt: rt, Server: api.Server}
 	ready := func(want int, reason string) {
 		t.Helper()
 		resp, body := s.do(t, "GET", "/readyz", "")
