@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/agenthost/agenthost/host/driverhost"
 	"github.com/agenthost/agenthost/internal/driverrpc"
 	"github.com/agenthost/agenthost/internal/proccpu"
 	"github.com/agenthost/agenthost/sdk/storedriver/storedrivertest"
@@ -23,7 +25,7 @@ func BenchmarkCommit(b *testing.B) {
 	for _, name := range drivers {
 		for _, threads := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/threads=%d", name, threads), func(b *testing.B) {
-				cfg := config(b, name, b.TempDir())
+				cfg := benchConfig(b, name)
 				if p := os.Getenv("BENCH_DRIVER_PROFILE"); p != "" {
 					cfg.Env = append(cfg.Env, driverrpc.CPUProfileEnv+"="+p)
 				}
@@ -62,7 +64,7 @@ func BenchmarkCommitSteps(b *testing.B) {
 func BenchmarkRoundTrip(b *testing.B) {
 	for _, name := range drivers {
 		b.Run(name, func(b *testing.B) {
-			d := launch(b, config(b, name, b.TempDir()))
+			d := launch(b, benchConfig(b, name))
 			storedrivertest.BenchRoundTrip(b, d)
 		})
 	}
@@ -78,6 +80,26 @@ func BenchmarkRoundTrip(b *testing.B) {
 		d := launch(b, cfg)
 		storedrivertest.BenchRoundTrip(b, d)
 	})
+}
+
+// memstoreProcsEnv, set to a number n, launches memstore in BenchmarkCommit
+// and BenchmarkRoundTrip/memstore with GOMAXPROCS=n instead of the one
+// thread it asks for (ADR 0121), so that two runs of the same benchmarks,
+// with and without it, compare the two side by side.
+const memstoreProcsEnv = "BENCH_MEMSTORE_GOMAXPROCS"
+
+// benchConfig is config for a benchmark: on a temporary directory, and
+// memstore with the GOMAXPROCS memstoreProcsEnv asks for.
+func benchConfig(b *testing.B, name string) driverhost.Config {
+	cfg := config(b, name, b.TempDir())
+	if v := os.Getenv(memstoreProcsEnv); v != "" && name == "memstore" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("%s=%q: want a number of threads, 1 or more", memstoreProcsEnv, v)
+		}
+		cfg.Env = append(cfg.Env, fmt.Sprintf("GOMAXPROCS=%d", n))
+	}
+	return cfg
 }
 
 // cpuTime returns the user and system CPU time process pid has used, or -1
