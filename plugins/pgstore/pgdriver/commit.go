@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"google.golang.org/protobuf/proto"
 
@@ -225,16 +226,8 @@ func (d *Driver) Commit(ctx context.Context, b driver.Batch) (int64, error) {
 		return 0, err
 	}
 	defer d.leave()
-	sent := false
-	err = d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
-		sent = false
-		conn, err := d.pool.Acquire(ctx)
-		if err != nil {
-			return err // nothing was sent
-		}
-		defer conn.Release()
-		sent = true
-		_, err = conn.Exec(ctx, d.sql.commit, a.threadID, a.expected, a.version, a.fence, a.owner,
+	sent, err := d.send(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		_, err := conn.Exec(ctx, d.sql.commit, a.threadID, a.expected, a.version, a.fence, a.owner,
 			a.commitID, a.openRunIDs, a.header, a.firstSeq, a.lastSeq,
 			a.runIDs, a.runStates, a.runSeqs, a.runs,
 			a.msgSeqs, a.msgIDs, a.msgs,
@@ -525,14 +518,11 @@ func (d *Driver) sendMany(ctx context.Context, bs []driver.Batch, as []*args, or
 	return again
 }
 
-// sendBatch sends the statements queue puts in a batch as one pipeline on
-// one connection, and so one implicit transaction: it commits when the
-// last statement succeeds, or not at all. Like Commit, it tries again
-// while nothing was sent or the failure proves the transaction rolled
-// back (see rolledBack); queue is called on every try, on a new batch,
-// and must reset whatever its statements' callbacks set. sent says
-// whether the last try sent the batch, err is its error.
-func (d *Driver) sendBatch(ctx context.Context, queue func(*pgx.Batch)) (sent bool, err error) {
+// send acquires a connection and calls fn with it, to send one
+// transaction. It tries again while nothing was sent or the failure proves
+// the transaction rolled back (see rolledBack). sent says whether the last
+// try got as far as fn, err is its error.
+func (d *Driver) send(ctx context.Context, fn func(context.Context, *pgxpool.Conn) error) (sent bool, err error) {
 	err = d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
 		sent = false
 		conn, err := d.pool.Acquire(ctx)
@@ -540,12 +530,23 @@ func (d *Driver) sendBatch(ctx context.Context, queue func(*pgx.Batch)) (sent bo
 			return err // nothing was sent
 		}
 		defer conn.Release()
-		batch := &pgx.Batch{}
-		queue(batch)
 		sent = true
-		return conn.SendBatch(ctx, batch).Close()
+		return fn(ctx, conn)
 	})
 	return sent, err
+}
+
+// sendBatch sends the statements queue puts in a batch as one pipeline on
+// one connection, and so one implicit transaction: it commits when the
+// last statement succeeds, or not at all. queue is called on every try
+// (see send), on a new batch, and must reset whatever its statements'
+// callbacks set.
+func (d *Driver) sendBatch(ctx context.Context, queue func(*pgx.Batch)) (sent bool, err error) {
+	return d.send(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		batch := &pgx.Batch{}
+		queue(batch)
+		return conn.SendBatch(ctx, batch).Close()
+	})
 }
 
 // memberError is the error of batch b, one of n sent together, when

@@ -156,15 +156,7 @@ func (d *Driver) sendStepGroup(live []*stepReq) []rolledBackMember[*stepReq] {
 	// The group runs under its own context: its members' contexts may end
 	// while it is in flight, and their outcome would then be unknown.
 	ctx := context.Background()
-	sent := false
-	err := d.retry(ctx, func(err error) bool { return !sent || rolledBack(err) }, func(ctx context.Context) error {
-		sent = false
-		conn, err := d.pool.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Release()
-		batch := &pgx.Batch{}
+	sent, err := d.sendBatch(ctx, func(batch *pgx.Batch) {
 		for i, r := range live {
 			o := &outs[i]
 			*o = outcome{}
@@ -172,8 +164,6 @@ func (d *Driver) sendStepGroup(live []*stepReq) []rolledBackMember[*stepReq] {
 			batch.Queue(d.sql.stepsTry, b.ThreadID, b.RunID, b.Owner, int64(b.Attempt), b.Fence, r.seqs, r.ids, r.payloads).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&o.state, &o.constraint, &o.message, &o.detail) })
 		}
-		sent = true
-		return conn.SendBatch(ctx, batch).Close()
 	})
 	var again []rolledBackMember[*stepReq]
 	for i, r := range live {
