@@ -80,8 +80,13 @@ var directMethods = [...]string{
 	19: storepb.Store_CommitStepsMany_FullMethodName,
 }
 
-// directCommitMany is CommitMany's id.
-const directCommitMany = 5
+// directCommitMany, directCommitSteps and directCommitStepsMany are the
+// ids of the calls whose request's bytes the server keeps (see wire.go).
+const (
+	directCommitMany      = 5
+	directCommitSteps     = 16
+	directCommitStepsMany = 19
+)
 
 // directIDs is the inverse of directMethods.
 var directIDs = func() map[string]uint8 {
@@ -250,9 +255,9 @@ func (l *DirectListener) serve(c net.Conn) {
 		timeout := int64(binary.BigEndian.Uint64(hdr[9:]))
 		size := int(n - (reqHeaderSize - 4))
 		var payload []byte
-		if id == directCommitMany {
-			// CommitMany keeps the request's bytes (see wire.go): its
-			// own buffer, as gRPC would give it.
+		if id == directCommitMany || id == directCommitSteps || id == directCommitStepsMany {
+			// These keep the request's bytes (see wire.go): their
+			// own buffer, as gRPC would give them.
 			payload = make([]byte, size)
 		} else {
 			if cap(in) < size {
@@ -294,11 +299,8 @@ func (l *DirectListener) call(out []byte, id uint8, call uint32, timeout int64, 
 			defer cancel()
 		}
 		resp, err = m.Handler(l.s, ctx, func(v any) error {
-			var err error
-			if w, ok := v.(*commitManyWire); ok {
-				w.raw = payload
-				err = proto.Unmarshal(payload, w.CommitManyRequest)
-			} else {
+			kept, err := unmarshalKeeping(payload, v)
+			if !kept {
 				err = proto.Unmarshal(payload, v.(proto.Message))
 			}
 			if err != nil {

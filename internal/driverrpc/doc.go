@@ -13,5 +13,6 @@
 // see wire.go). Step commits share round trips the same way
 // (CommitStepsMany); a driver that takes several step batches in one call
 // gets them so (StepsManyCommitter, see steps.go), any other one batch per
-// CommitSteps.
+// CommitSteps; one that stores steps in their wire form gets them as the
+// host sent them (EncodedStepsCommitter, see wire.go).
 package driverrpc

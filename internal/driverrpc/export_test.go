@@ -1,5 +1,12 @@
 package driverrpc
 
+import (
+	"context"
+
+	"github.com/agenthost/agenthost/abi/driver"
+	"github.com/agenthost/agenthost/abi/storepb"
+)
+
 // StepsQueued returns how many step commits wait in c's queue for a round
 // trip.
 func StepsQueued(c *Client) int {
@@ -24,4 +31,22 @@ func DirectOpen(c *Client) (open, idle int) {
 	c.direct.mu.Lock()
 	defer c.direct.mu.Unlock()
 	return c.direct.open, len(c.direct.idle)
+}
+
+// CommitStepsManyCall sends bs in one CommitStepsMany over c's transport,
+// and returns each batch's result.
+func CommitStepsManyCall(c *Client, bs []driver.StepBatch) ([]error, error) {
+	pbs := make([]*storepb.StepBatch, len(bs))
+	for i, b := range bs {
+		pbs[i] = StepBatchToProto(b)
+	}
+	rs, err := c.commitStepsMany(context.Background(), pbs)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = r.err
+	}
+	return errs, nil
 }

@@ -41,11 +41,20 @@ func (s *Server) v2(what string) (driver.Driver, error) {
 // checkStepBatch makes the checks the server makes on a step batch before
 // the driver sees it.
 func checkStepBatch(d driver.Driver, pb *storepb.StepBatch) error {
+	return checkStepBatchSize(d, pb, -1)
+}
+
+// checkStepBatchSize is checkStepBatch of a batch of size bytes on the
+// wire, or of an unknown size when size < 0.
+func checkStepBatchSize(d driver.Driver, pb *storepb.StepBatch, size int) error {
 	if pb == nil {
 		return fmt.Errorf("%w: CommitSteps without a batch", driver.ErrInvalidArgument)
 	}
-	if n := proto.Size(pb); n > driver.MaxBatchBytes {
-		return fmt.Errorf("%w: step batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, n, driver.MaxBatchBytes)
+	if size < 0 {
+		size = proto.Size(pb)
+	}
+	if size > driver.MaxBatchBytes {
+		return fmt.Errorf("%w: step batch of %d bytes exceeds the limit of %d bytes", driver.ErrTooLarge, size, driver.MaxBatchBytes)
 	}
 	if _, ok := d.(driver.Leaser); pb.GetFence() != 0 && !ok {
 		return fmt.Errorf("%w: a fenced step batch, but the driver has no leases", driver.ErrInvalidArgument)
@@ -55,11 +64,31 @@ func checkStepBatch(d driver.Driver, pb *storepb.StepBatch) error {
 
 // CommitSteps implements storepb.StoreServer.
 func (s *Server) CommitSteps(ctx context.Context, req *storepb.CommitStepsRequest) (*storepb.CommitStepsResponse, error) {
+	return s.commitSteps(ctx, req, nil)
+}
+
+// commitSteps is CommitSteps of req, decoded from raw when raw is not nil
+// (see wire.go). A driver that takes steps in their wire form
+// (EncodedStepsCommitter) gets the batch as a CommitStepsMany of one.
+func (s *Server) commitSteps(ctx context.Context, req *storepb.CommitStepsRequest, raw []byte) (*storepb.CommitStepsResponse, error) {
 	d, err := s.v2("CommitSteps")
 	if err != nil {
 		return nil, err
 	}
-	if err := commitStepsOne(ctx, d, req.GetBatch()); err != nil {
+	pbs := []*storepb.StepBatch{req.GetBatch()}
+	var wire []*EncodedSteps
+	if ec, ok := d.(EncodedStepsCommitter); ok && pbs[0] != nil {
+		wire = encodedStepBatches(pbs, raw)
+		if wire != nil {
+			var errs [1]error
+			commitStepsManyAt(ctx, d, ec, pbs, wire, errs[:])
+			err = errs[0]
+		}
+	}
+	if wire == nil {
+		err = commitStepsOne(ctx, d, pbs[0])
+	}
+	if err != nil {
 		return nil, ToStatus(err)
 	}
 	return &storepb.CommitStepsResponse{}, nil
@@ -81,6 +110,12 @@ type StepsManyCommitter interface {
 // or concurrently, so that a driver with group commit syncs them together;
 // each gets its own result.
 func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsManyRequest) (*storepb.CommitStepsManyResponse, error) {
+	return s.commitStepsMany(ctx, req, nil)
+}
+
+// commitStepsMany is CommitStepsMany of req, decoded from raw when raw is
+// not nil (see wire.go).
+func (s *Server) commitStepsMany(ctx context.Context, req *storepb.CommitStepsManyRequest, raw []byte) (*storepb.CommitStepsManyResponse, error) {
 	d, err := s.v2("CommitStepsMany")
 	if err != nil {
 		return nil, err
@@ -88,7 +123,11 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 	pbs := req.GetBatches()
 	errs := make([]error, len(pbs))
 	if mc, ok := d.(StepsManyCommitter); ok {
-		commitStepsManyAt(ctx, d, mc, pbs, errs)
+		var wire []*EncodedSteps
+		if _, ok := d.(EncodedStepsCommitter); ok {
+			wire = encodedStepBatches(pbs, raw)
+		}
+		commitStepsManyAt(ctx, d, mc, pbs, wire, errs)
 	} else {
 		commitStepsEach(ctx, d, pbs, errs)
 	}
@@ -104,14 +143,27 @@ func (s *Server) CommitStepsMany(ctx context.Context, req *storepb.CommitStepsMa
 }
 
 // commitStepsManyAt has mc commit the batches pbs that pass the server's
-// checks in one call, setting errs[i] to pbs[i]'s result.
-func commitStepsManyAt(ctx context.Context, d driver.Driver, mc StepsManyCommitter, pbs []*storepb.StepBatch, errs []error) {
+// checks in one call, setting errs[i] to pbs[i]'s result. wire, when not
+// nil, is the wire form of each batch's steps, which mc then gets along
+// (EncodedStepsCommitter).
+func commitStepsManyAt(ctx context.Context, d driver.Driver, mc StepsManyCommitter, pbs []*storepb.StepBatch, wire []*EncodedSteps, errs []error) {
 	bs := make([]driver.StepBatch, 0, len(pbs))
 	idx := make([]int, 0, len(pbs))
+	var enc []*EncodedSteps
+	if wire != nil {
+		enc = make([]*EncodedSteps, 0, len(pbs))
+	}
 	for i, pb := range pbs {
-		if errs[i] = checkStepBatch(d, pb); errs[i] == nil {
+		size := -1
+		if wire != nil {
+			size = wire[i].Size
+		}
+		if errs[i] = checkStepBatchSize(d, pb, size); errs[i] == nil {
 			bs = append(bs, StepBatchFromProto(pb))
 			idx = append(idx, i)
+			if wire != nil {
+				enc = append(enc, wire[i])
+			}
 		}
 	}
 	if len(bs) == 0 {
@@ -120,7 +172,12 @@ func commitStepsManyAt(ctx context.Context, d driver.Driver, mc StepsManyCommitt
 	for range bs {
 		driverfault.Reach(driverfault.BeforeCommit) // once per batch, as CommitSteps
 	}
-	es := mc.CommitStepsMany(ctx, bs)
+	var es []error
+	if enc != nil {
+		es = mc.(EncodedStepsCommitter).CommitStepsManyEncoded(ctx, bs, enc)
+	} else {
+		es = mc.CommitStepsMany(ctx, bs)
+	}
 	if len(es) != len(bs) {
 		err := fmt.Errorf("%w: driver answered %d of %d step commits", driver.ErrUnavailable, len(es), len(bs))
 		for _, i := range idx {

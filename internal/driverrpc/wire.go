@@ -23,7 +23,8 @@ import (
 // Encoded is the wire form of one batch's records as the host sent them:
 // each a marshalled storepb.Thread, Run, Message, Idempotency or Step, in
 // the batch's order. Decoded, each is the record of the driver.Batch it
-// comes with.
+// comes with. The server keeps the bytes of a CommitStepsMany request the
+// same way (EncodedSteps, EncodedStepsCommitter).
 type Encoded struct {
 	Thread      []byte
 	Runs        [][]byte
@@ -49,33 +50,91 @@ type commitManyWire struct {
 	raw []byte
 }
 
+// commitStepsManyWire and commitStepsWire are a CommitStepsMany and a
+// CommitSteps request with the bytes they were decoded from, as
+// commitManyWire.
+type commitStepsManyWire struct {
+	*storepb.CommitStepsManyRequest
+	raw []byte
+}
+
+type commitStepsWire struct {
+	*storepb.CommitStepsRequest
+	raw []byte
+}
+
+// unmarshalKeeping decodes data into v, keeping data in v when v is a
+// request whose bytes the server keeps (commitManyWire,
+// commitStepsManyWire, commitStepsWire). data must not be reused then. ok is false for any
+// other v, which the caller decodes as usual.
+func unmarshalKeeping(data []byte, v any) (ok bool, err error) {
+	switch w := v.(type) {
+	case *commitManyWire:
+		w.raw = data
+		return true, proto.Unmarshal(data, w.CommitManyRequest)
+	case *commitStepsManyWire:
+		w.raw = data
+		return true, proto.Unmarshal(data, w.CommitStepsManyRequest)
+	case *commitStepsWire:
+		w.raw = data
+		return true, proto.Unmarshal(data, w.CommitStepsRequest)
+	}
+	return false, nil
+}
+
 // wireCodec is the driver process's gRPC codec: the proto codec, which
-// also keeps the bytes of a CommitMany request (commitManyWire).
+// also keeps the bytes of a CommitMany or CommitStepsMany request
+// (unmarshalKeeping).
 type wireCodec struct{ encoding.CodecV2 }
 
 func newWireCodec() wireCodec { return wireCodec{encoding.GetCodecV2("proto")} }
 
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	w, ok := v.(*commitManyWire)
-	if !ok {
-		return c.CodecV2.Unmarshal(data, v)
+	switch v.(type) {
+	case *commitManyWire, *commitStepsManyWire, *commitStepsWire:
+		_, err := unmarshalKeeping(data.Materialize(), v)
+		return err
 	}
-	w.raw = data.Materialize()
-	return proto.Unmarshal(w.raw, w.CommitManyRequest)
+	return c.CodecV2.Unmarshal(data, v)
 }
 
-// storeServiceDesc is the Store service with its CommitMany handler
-// decoding through commitManyWire; the other methods are the generated
-// ones.
+// storeServiceDesc is the Store service with its CommitMany,
+// CommitStepsMany and CommitSteps handlers decoding through commitManyWire,
+// commitStepsManyWire and commitStepsWire; the other methods are the
+// generated ones.
 func storeServiceDesc() *grpc.ServiceDesc {
 	desc := storepb.Store_ServiceDesc
 	desc.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
 	for i, m := range desc.Methods {
-		if m.MethodName == "CommitMany" {
+		switch m.MethodName {
+		case "CommitMany":
 			desc.Methods[i].Handler = commitManyHandler
+		case "CommitStepsMany":
+			desc.Methods[i].Handler = commitStepsManyHandler
+		case "CommitSteps":
+			desc.Methods[i].Handler = commitStepsHandler
 		}
 	}
 	return &desc
+}
+
+func commitStepsManyHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &commitStepsManyWire{CommitStepsManyRequest: new(storepb.CommitStepsManyRequest)}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.commitStepsMany(ctx, in.CommitStepsManyRequest, in.raw)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitStepsMany_FullMethodName}
+	return interceptor(ctx, in.CommitStepsManyRequest, info, func(ctx context.Context, req any) (any, error) {
+		r := req.(*storepb.CommitStepsManyRequest)
+		if r != in.CommitStepsManyRequest {
+			return s.commitStepsMany(ctx, r, nil) // replaced: its bytes are not raw's
+		}
+		return s.commitStepsMany(ctx, r, in.raw)
+	})
 }
 
 func commitManyHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
@@ -154,6 +213,80 @@ func encodedBatch(pb *storepb.Batch, raw []byte) (*Encoded, error) {
 		return nil, fmt.Errorf("the wire form does not match the decoded batch")
 	}
 	return e, nil
+}
+
+// EncodedSteps is the wire form of one step batch's steps as the host sent
+// them: each a marshalled storepb.Step, in the batch's order. Decoded, each
+// is the step of the driver.StepBatch it comes with.
+type EncodedSteps struct {
+	Steps [][]byte
+	// Size is the batch's size on the wire.
+	Size int
+}
+
+// EncodedStepsCommitter is a StepsManyCommitter that takes the batches'
+// steps in their wire form along (see EncodedSteps), as EncodedCommitter
+// does commits; enc[i] is nil where the server has no wire form of bs[i],
+// and the driver encodes it itself. The bytes are the driver's to keep.
+type EncodedStepsCommitter interface {
+	StepsManyCommitter
+	CommitStepsManyEncoded(ctx context.Context, bs []driver.StepBatch, enc []*EncodedSteps) []error
+}
+
+func commitStepsHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &commitStepsWire{CommitStepsRequest: new(storepb.CommitStepsRequest)}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	if interceptor == nil {
+		return s.commitSteps(ctx, in.CommitStepsRequest, in.raw)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitSteps_FullMethodName}
+	return interceptor(ctx, in.CommitStepsRequest, info, func(ctx context.Context, req any) (any, error) {
+		r := req.(*storepb.CommitStepsRequest)
+		if r != in.CommitStepsRequest {
+			return s.commitSteps(ctx, r, nil) // replaced: its bytes are not raw's
+		}
+		return s.commitSteps(ctx, r, in.raw)
+	})
+}
+
+// encodedStepBatches splits raw, the bytes of a CommitStepsMany or
+// CommitSteps request (its batches are field 1 of either) whose batches
+// decoded as batches, into the wire form of each batch's steps, as
+// encodedBatches does a CommitMany's.
+func encodedStepBatches(batches []*storepb.StepBatch, raw []byte) []*EncodedSteps {
+	if raw == nil {
+		return nil
+	}
+	var out []*EncodedSteps
+	err := eachField(raw, func(num protowire.Number, v []byte) error {
+		if num != 1 {
+			return nil
+		}
+		if len(out) >= len(batches) {
+			return fmt.Errorf("more batches than decoded")
+		}
+		e := &EncodedSteps{Size: len(v)}
+		if err := eachField(v, func(num protowire.Number, v []byte) error {
+			if num == 6 {
+				e.Steps = append(e.Steps, v)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(e.Steps) != len(batches[len(out)].GetSteps()) {
+			return fmt.Errorf("the wire form does not match the decoded batch")
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil || len(out) != len(batches) {
+		return nil
+	}
+	return out
 }
 
 // eachField calls fn with the number and contents of each length-delimited

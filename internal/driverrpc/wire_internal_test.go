@@ -46,3 +46,34 @@ func TestEncodedBatchesMismatch(t *testing.T) {
 		t.Fatalf("no bytes: %+v", enc)
 	}
 }
+
+// TestEncodedStepBatches: a request's bytes split into each batch's steps,
+// unless they do not match the decoded batches one for one.
+func TestEncodedStepBatches(t *testing.T) {
+	b := &storepb.StepBatch{RunId: "r", Steps: []*storepb.Step{{Id: "s1", Seq: 1}, {Id: "s2", Seq: 2}}}
+	raw, err := proto.Marshal(&storepb.CommitStepsManyRequest{Batches: []*storepb.StepBatch{b, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &storepb.CommitStepsManyRequest{}
+	if err := proto.Unmarshal(raw, req); err != nil {
+		t.Fatal(err)
+	}
+	enc := encodedStepBatches(req.Batches, raw)
+	if len(enc) != 2 || len(enc[1].Steps) != 2 || enc[1].Size != proto.Size(b) {
+		t.Fatalf("canonical bytes: %+v", enc)
+	}
+	if got := &(storepb.Step{}); proto.Unmarshal(enc[1].Steps[1], got) != nil || got.Id != "s2" {
+		t.Fatalf("step 2 of batch 2 decodes to %v", got)
+	}
+	if enc := encodedStepBatches(req.Batches[:1], raw); enc != nil {
+		t.Fatalf("more batches than decoded: %+v", enc)
+	}
+	short := []*storepb.StepBatch{req.Batches[0], {RunId: "r", Steps: req.Batches[1].Steps[:1]}}
+	if enc := encodedStepBatches(short, raw); enc != nil {
+		t.Fatalf("more steps than decoded: %+v", enc)
+	}
+	if enc := encodedStepBatches(req.Batches, nil); enc != nil {
+		t.Fatalf("no bytes: %+v", enc)
+	}
+}

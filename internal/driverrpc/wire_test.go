@@ -2,6 +2,7 @@ package driverrpc_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"reflect"
@@ -129,4 +130,146 @@ func TestCommitManyWire(t *testing.T) {
 			t.Fatalf("key of %s: %+v, %v", b.ThreadID, k, err)
 		}
 	}
+}
+
+// stepsWireRecorder is badgerstore, noting the wire forms of steps it is
+// handed.
+type stepsWireRecorder struct {
+	*badgerdriver.Driver
+	mu  sync.Mutex
+	got [][]*driverrpc.EncodedSteps
+}
+
+func (w *stepsWireRecorder) CommitStepsManyEncoded(ctx context.Context, bs []driver.StepBatch, enc []*driverrpc.EncodedSteps) []error {
+	w.mu.Lock()
+	w.got = append(w.got, enc)
+	w.mu.Unlock()
+	return w.Driver.CommitStepsManyEncoded(ctx, bs, enc)
+}
+
+// grpcClient returns a client over a driver process's gRPC server (its
+// codec and service as storedriver.Serve registers them) serving srv.
+func grpcClient(t *testing.T, srv *driverrpc.Server) *driverrpc.Client {
+	t.Helper()
+	gs := driverrpc.NewGRPCServer(nil)
+	if err := (&driverrpc.GRPCPlugin{Impl: srv, Version: driver.ProtocolVersion}).GRPCServer(nil, gs); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return driverrpc.NewClient(conn)
+}
+
+// TestCommitStepsWire: over gRPC and over the direct transport, CommitSteps
+// and CommitStepsMany hand an EncodedStepsCommitter each batch's steps as
+// the host encoded them, with the batch's size on the wire; the driver
+// stores them and reads them back whole. A batch the server refuses is
+// refused as without them.
+func TestCommitStepsWire(t *testing.T) {
+	for _, transport := range []string{"grpc", "direct"} {
+		t.Run(transport, func(t *testing.T) {
+			ctx := context.Background()
+			rec := &stepsWireRecorder{}
+			f := storedriver.FactoryFunc(func(context.Context, map[string]string) (driver.Driver, error) {
+				d, err := badgerdriver.Open(badgerdriver.DefaultConfig(t.TempDir()))
+				rec.Driver = d
+				return rec, err
+			})
+			var c *driverrpc.Client
+			if transport == "grpc" {
+				c = grpcClient(t, driverrpc.NewServer(f))
+			} else {
+				c, _ = connectDirect(t, f)
+			}
+			if err := c.Open(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			var runs []record.Run
+			for _, id := range []string{"w1", "w2"} {
+				th := storedrivertest.NewBuilder(id)
+				r := storedrivertest.Activate(th.Run(id+"-r"), storedrivertest.StepOwner, storedrivertest.StepAttempt)
+				if _, err := c.Commit(ctx, th.Batch([]string{r.ID}, []record.Run{r}, []record.Message{th.Msg(id+"-m", r.ID)}, nil)); err != nil {
+					t.Fatal(err)
+				}
+				runs = append(runs, r)
+			}
+			check := func(call int, bs []driver.StepBatch) {
+				t.Helper()
+				if len(rec.got) != call+1 || len(rec.got[call]) != len(bs) {
+					t.Fatalf("the driver was handed wire forms %v, want call %d of %d batches", rec.got, call, len(bs))
+				}
+				for i, e := range rec.got[call] {
+					if e == nil || len(e.Steps) != len(bs[i].Steps) {
+						t.Fatalf("batch %d: wire form %+v", i, e)
+					}
+					if want := proto.Size(driverrpc.StepBatchToProto(bs[i])); e.Size != want {
+						t.Errorf("batch %d: size %d, want %d", i, e.Size, want)
+					}
+					for j, raw := range e.Steps {
+						got := &storepb.Step{}
+						if err := proto.Unmarshal(raw, got); err != nil || !proto.Equal(got, driverrpc.StepToProto(bs[i].Steps[j])) {
+							t.Fatalf("batch %d step %d: wire form decodes to %v (%v)", i, j, got, err)
+						}
+					}
+				}
+			}
+
+			// One batch: CommitSteps.
+			one := storedrivertest.StepBatchOf(runs[0], storedrivertest.Steps(runs[0], 1, 2)...)
+			if err := c.Steps().CommitSteps(ctx, one); err != nil {
+				t.Fatal(err)
+			}
+			check(0, []driver.StepBatch{one})
+
+			// Two: CommitStepsMany, each with its own result.
+			many := []driver.StepBatch{
+				storedrivertest.StepBatchOf(runs[0], storedrivertest.Steps(runs[0], 3, 4)...),
+				storedrivertest.StepBatchOf(runs[1], storedrivertest.Steps(runs[1], 1, 3)...),
+				storedrivertest.StepBatchOf(runs[1], storedrivertest.Step(runs[1], 9)), // not the next seq
+			}
+			errs, err := driverrpc.CommitStepsManyCall(c, many)
+			if err != nil || len(errs) != 3 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], driver.ErrVersionConflict) {
+				t.Fatalf("CommitStepsMany: %v, %v; want two committed, a conflict", errs, err)
+			}
+			check(1, many)
+
+			// Refused by the server's checks: the driver sees none of it.
+			fenced := storedrivertest.StepBatchOf(runs[1], storedrivertest.Step(runs[1], 4))
+			fenced.Fence = 7
+			if err := c.Steps().CommitSteps(ctx, fenced); !errors.Is(err, driver.ErrInvalidArgument) {
+				t.Fatalf("a fenced batch: %v, want ErrInvalidArgument", err)
+			}
+			if len(rec.got) != 2 {
+				t.Fatalf("the driver was handed a batch the server refused: %v", rec.got)
+			}
+
+			for _, w := range []struct {
+				r    record.Run
+				want []record.Step
+			}{{runs[0], storedrivertest.Steps(runs[0], 1, 4)}, {runs[1], storedrivertest.Steps(runs[1], 1, 3)}} {
+				got, err := c.Steps().ReadSteps(ctx, w.r.ID, 0, 10)
+				if err != nil || !reflect.DeepEqual(mapNormal(got), mapNormal(w.want)) {
+					t.Fatalf("steps of %s read back: %+v, %v; want %+v", w.r.ID, got, err, w.want)
+				}
+			}
+		})
+	}
+}
+
+func mapNormal(steps []record.Step) []record.Step {
+	out := make([]record.Step, len(steps))
+	for i, s := range steps {
+		out[i] = record.NormalizeStep(s)
+	}
+	return out
 }

@@ -129,7 +129,7 @@ func TestStepHeads(t *testing.T) {
 	}
 	stepReqOf := func(b driver.StepBatch) *commitReq {
 		t.Helper()
-		r, err := d.prepareSteps(ctx, &b)
+		r, err := d.prepareSteps(ctx, &b, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,10 @@ import (
 // A CommitSteps call is queued to the committer like a Commit and applied
 // in the same groups, so that the steps of many runs share one sync.
 // CommitStepsMany (driverrpc.StepsManyCommitter) queues several batches at
-// once, as CommitMany does commits.
+// once, as CommitMany does commits, and stores the steps in the wire form
+// the host sent them in when the server has it
+// (driverrpc.EncodedStepsCommitter), as CommitManyEncoded does records:
+// the stored form is the same (keys.go).
 //
 // A step batch is checked against its run's step head: the thread, owner
 // and attempt of the active run and the seq of the last step of its log.
@@ -33,9 +36,10 @@ import (
 // that its next batch reads both from the transaction again (ADR 0153).
 
 var (
-	_ driver.StepStore             = (*Driver)(nil)
-	_ driver.ThreadLister          = (*Driver)(nil)
-	_ driverrpc.StepsManyCommitter = (*Driver)(nil)
+	_ driver.StepStore                = (*Driver)(nil)
+	_ driver.ThreadLister             = (*Driver)(nil)
+	_ driverrpc.StepsManyCommitter    = (*Driver)(nil)
+	_ driverrpc.EncodedStepsCommitter = (*Driver)(nil)
 )
 
 // stepHead is what a step batch of an active run is checked against.
@@ -48,7 +52,7 @@ type stepHead struct {
 
 // CommitSteps implements driver.StepStore.
 func (d *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
-	req, err := d.prepareSteps(ctx, &b)
+	req, err := d.prepareSteps(ctx, &b, nil)
 	if err != nil {
 		return err
 	}
@@ -62,11 +66,22 @@ func (d *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
 // queued together, so that they share a group, and each gets its own
 // result.
 func (d *Driver) CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []error {
+	return d.CommitStepsManyEncoded(ctx, bs, nil)
+}
+
+// CommitStepsManyEncoded implements driverrpc.EncodedStepsCommitter:
+// CommitStepsMany, storing the steps' wire form as received where enc has
+// it.
+func (d *Driver) CommitStepsManyEncoded(ctx context.Context, bs []driver.StepBatch, enc []*driverrpc.EncodedSteps) []error {
 	errs := make([]error, len(bs))
 	reqs := make([]*commitReq, 0, len(bs))
 	idx := make([]int, 0, len(bs))
 	for i := range bs {
-		req, err := d.prepareSteps(ctx, &bs[i])
+		var wire *driverrpc.EncodedSteps
+		if i < len(enc) {
+			wire = enc[i]
+		}
+		req, err := d.prepareSteps(ctx, &bs[i], wire)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -86,8 +101,9 @@ func (d *Driver) CommitStepsMany(ctx context.Context, bs []driver.StepBatch) []e
 	return errs
 }
 
-// prepareSteps checks and encodes a step batch for the committer.
-func (d *Driver) prepareSteps(ctx context.Context, b *driver.StepBatch) (*commitReq, error) {
+// prepareSteps checks and encodes a step batch for the committer; wire,
+// when not nil, is its steps' wire form, which it stores as is.
+func (d *Driver) prepareSteps(ctx context.Context, b *driver.StepBatch, wire *driverrpc.EncodedSteps) (*commitReq, error) {
 	if err := storedriver.ValidateStepBatch(*b); err != nil {
 		return nil, err
 	}
@@ -95,9 +111,16 @@ func (d *Driver) prepareSteps(ctx context.Context, b *driver.StepBatch) (*commit
 		return nil, fmt.Errorf("%w: a fenced step batch, but badgerstore has no leases", driver.ErrInvalidArgument)
 	}
 	var enc encoded
-	var err error
-	if enc.steps, err = encodeSteps(b.Steps, &enc.size, nil); err != nil {
-		return nil, fmt.Errorf("%w: encoding the steps: %v", driver.ErrInvalidArgument, err)
+	if wire != nil && len(wire.Steps) == len(b.Steps) {
+		enc.steps = wire.Steps
+		for _, v := range wire.Steps {
+			enc.size += len(v)
+		}
+	} else {
+		var err error
+		if enc.steps, err = encodeSteps(b.Steps, &enc.size, nil); err != nil {
+			return nil, fmt.Errorf("%w: encoding the steps: %v", driver.ErrInvalidArgument, err)
+		}
 	}
 	if enc.size > d.cfg.MaxBatchBytes {
 		return nil, fmt.Errorf("%w: steps of %d bytes exceed the limit of %d bytes", driver.ErrTooLarge, enc.size, d.cfg.MaxBatchBytes)
