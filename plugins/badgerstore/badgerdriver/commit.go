@@ -270,9 +270,6 @@ func (d *Driver) commitGroup(pending []*commitReq) {
 		written := make(map[string]threadHead, len(pending)) // heads this transaction wrote
 		clear(d.txnSteps)
 		for i, r := range pending {
-			if r.sb == nil {
-				d.forgetSteps(r.b)
-			}
 			wrote, err := d.apply(txn, r, written)
 			if wrote && err != nil {
 				bad, badErr = i, err
@@ -403,7 +400,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 		}
 		lastSeq = m.Seq
 	}
-	if err := checkNextSeqs(txn, b.Steps); err != nil {
+	if err := d.checkNextSeqs(txn, b.Steps); err != nil {
 		return false, err
 	}
 	oldState := make([]record.RunState, len(b.Runs))
@@ -424,6 +421,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 	}
 
 	// Writes.
+	d.forgetSteps(b)
 	set := func(k, v []byte) error {
 		if err := txn.Set(k, v); err != nil {
 			wrote = true

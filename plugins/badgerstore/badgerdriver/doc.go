@@ -10,5 +10,7 @@
 // share one badger transaction and one sync, applied by one committer
 // goroutine, the store's only writer (ADR 0145). lock.go keeps a second
 // process off the directory; repair.go clears what a process killed at the
-// wrong instant leaves that badger itself would refuse at open.
+// wrong instant leaves that badger itself would refuse at open; format.go
+// versions the stored form, migrates an older directory at open and
+// refuses a newer one (ADR 0158).
 package badgerdriver

@@ -97,6 +97,13 @@ func Open(cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("%w: badgerstore: opening %s: %v", driver.ErrInvalidArgument, cfg.Dir, err)
 	}
+	if err := checkFormat(db, cfg.Logger); err != nil {
+		db.Close()
+		if lock != nil {
+			lock.Close()
+		}
+		return nil, fmt.Errorf("badgerstore: opening %s: %w", cfg.Dir, err)
+	}
 	floors := make([]*idFloor, 0, 2)
 	for _, table := range []byte{tMsgID, tRun} {
 		last, err := lastID(db, table)

@@ -61,17 +61,22 @@ func historyKey(threadID string, seq int64) []byte {
 // Step records (store protocol 2):
 //
 //	p <len run id> <run> <be64 seq>  storepb.Step: the run's step log
-//	n <run id>                       be64 last seq of the run's step log
 //	q <step id>                      step id is taken (empty value)
+//
+// The last seq of a run's log is the seq of its last p key. Store format 1
+// kept it under a key of its own as well, n <run id> (be64), which
+// opening a directory of that format removes (format.go).
+//
+//	v                                be64 store format version (format.go)
 const (
 	tStep     = 'p'
-	tStepLast = 'n'
+	tStepLast = 'n' // format 1 only
 	tStepID   = 'q'
+	tFormat   = 'v'
 )
 
 func stepKey(runID string, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(threadPrefix(tStep, runID), uint64(seq))
 }
 
-func stepLastKey(runID string) []byte { return simpleKey(tStepLast, runID) }
-func stepIDKey(id string) []byte      { return simpleKey(tStepID, id) }
+func stepIDKey(id string) []byte { return simpleKey(tStepID, id) }

@@ -185,8 +185,8 @@ func (d *Driver) stepHead(txn *badger.Txn, runID string) (stepHead, error) {
 }
 
 // forgetSteps drops the step heads of the runs a commit b writes (its runs,
-// and those it takes steps of), before it is applied: their next step batch
-// reads them from its transaction again.
+// and those it takes steps of), once its checks passed and before it
+// writes: their next step batch reads them from its transaction again.
 func (d *Driver) forgetSteps(b driver.Batch) {
 	for _, r := range b.Runs {
 		delete(d.stepHeads, r.ID)
@@ -215,37 +215,40 @@ func (d *Driver) noteSteps(committed bool) {
 	clear(d.txnSteps)
 }
 
-// lastStepSeq returns the seq of the last step stored for run, 0 if none.
+// lastStepSeq returns the seq of the last step stored for run, 0 if none:
+// the seq of the last key of its log (ADR 0158).
 func lastStepSeq(txn *badger.Txn, runID string) (int64, error) {
-	item, err := txn.Get(stepLastKey(runID))
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
+	prefix := threadPrefix(tStep, runID)
+	it := txn.NewIterator(badger.IteratorOptions{Reverse: true, Prefix: prefix})
+	defer it.Close()
+	// Reverse, Seek stops at the largest key at or before its argument:
+	// above every seq of the log.
+	it.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	if !it.Valid() {
 		return 0, nil
-	case err != nil:
-		return 0, err
 	}
-	var last int64
-	err = item.Value(func(v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("badgerstore: run %s: bad last step seq", runID)
-		}
-		last = int64(binary.BigEndian.Uint64(v))
-		return nil
-	})
-	return last, err
+	k := it.Item().Key()
+	if len(k) != len(prefix)+8 {
+		return 0, fmt.Errorf("badgerstore: run %s: a step key of %d bytes", runID, len(k))
+	}
+	return int64(binary.BigEndian.Uint64(k[len(prefix):])), nil
 }
 
 // checkNextSeqs checks that steps (consecutive within each run, as
 // ValidateBatch checked) start at the next seq of their runs' logs, and
-// that their ids are new.
-func checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
-	seen := map[string]bool{}
+// that their ids are new. The last seq of a run is its step head's when
+// the committer has one (stepHead), else read from txn.
+func (d *Driver) checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
+	var seen map[string]bool
 	for _, s := range steps {
 		if seen[s.RunID] {
 			continue
 		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
 		seen[s.RunID] = true
-		last, err := lastStepSeq(txn, s.RunID)
+		last, err := d.lastSeqOf(txn, s.RunID)
 		if err != nil {
 			return err
 		}
@@ -254,6 +257,18 @@ func checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
 		}
 	}
 	return checkNewStepIDs(txn, steps)
+}
+
+// lastSeqOf returns the seq of the last step of run runID as txn sees it:
+// its step head's, if the committer has one, else read.
+func (d *Driver) lastSeqOf(txn *badger.Txn, runID string) (int64, error) {
+	if h, ok := d.txnSteps[runID]; ok {
+		return h.lastSeq, nil
+	}
+	if h, ok := d.stepHeads[runID]; ok {
+		return h.lastSeq, nil
+	}
+	return lastStepSeq(txn, runID)
 }
 
 // checkNewStepIDs checks that no step of steps has an id already stored.
@@ -270,21 +285,14 @@ func checkNewStepIDs(txn *badger.Txn, steps []record.Step) error {
 	return nil
 }
 
-// writeSteps writes steps, encoded as enc, and the new last seq of each
-// run.
+// writeSteps writes steps, encoded as enc. The last seq of each run's log
+// is its last key's; it is not written apart (ADR 0158).
 func writeSteps(txn *badger.Txn, steps []record.Step, enc [][]byte) error {
-	last := map[string]int64{}
 	for i, s := range steps {
 		if err := txn.Set(stepKey(s.RunID, s.Seq), enc[i]); err != nil {
 			return err
 		}
 		if err := txn.Set(stepIDKey(s.ID), nil); err != nil {
-			return err
-		}
-		last[s.RunID] = s.Seq
-	}
-	for run, seq := range last {
-		if err := txn.Set(stepLastKey(run), binary.BigEndian.AppendUint64(nil, uint64(seq))); err != nil {
 			return err
 		}
 	}
