@@ -131,6 +131,13 @@ func (b *brokenSteps) CommitStepsMany(ctx context.Context, bs []driver.StepBatch
 	return errs
 }
 
+// CommitStepsManyEncoded is CommitStepsMany: the protocol's server prefers
+// it, for CommitSteps too, and the embedded driver's would commit the
+// batches correctly.
+func (b *brokenSteps) CommitStepsManyEncoded(ctx context.Context, bs []driver.StepBatch, _ []*driverrpc.EncodedSteps) []error {
+	return b.CommitStepsMany(ctx, bs)
+}
+
 func (b *brokenSteps) ReadSteps(ctx context.Context, runID string, afterSeq int64, limit int) ([]record.Step, error) {
 	steps, err := b.Driver.ReadSteps(ctx, runID, afterSeq, limit)
 	if b.name == "steps-any-seq" {
