@@ -458,7 +458,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 			return true, err
 		}
 	}
-	if err := writeSteps(txn, b.Steps, req.enc.steps); err != nil {
+	if err := d.writeSteps(txn, b.Steps, req.enc.steps); err != nil {
 		return true, err
 	}
 	hdr := make([]byte, 8, 8+len(req.enc.thread))

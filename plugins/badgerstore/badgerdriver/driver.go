@@ -50,6 +50,7 @@ type Driver struct {
 	txnSteps  map[string]stepHead   // step heads the committer's current transaction wrote
 	msgIDs    *idFloor              // proves new message ids unused (its goroutine only)
 	runIDs    *idFloor              // proves new run ids unused (its goroutine only)
+	stepIDs   *idFloor              // proves new step ids unused (its goroutine only)
 	committed chan struct{}         // closed when the committer has ended
 	stopGC    chan struct{}
 	gcDone    chan struct{}
@@ -104,8 +105,8 @@ func Open(cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("badgerstore: opening %s: %w", cfg.Dir, err)
 	}
-	floors := make([]*idFloor, 0, 2)
-	for _, table := range []byte{tMsgID, tRun} {
+	floors := make([]*idFloor, 0, 3)
+	for _, table := range []byte{tMsgID, tRun, tStepID} {
 		last, err := lastID(db, table)
 		if err != nil {
 			db.Close()
@@ -118,7 +119,7 @@ func Open(cfg Config) (*Driver, error) {
 	}
 	d := &Driver{
 		cfg: cfg, db: db, log: cfg.Logger, lock: lock,
-		msgIDs: floors[0], runIDs: floors[1],
+		msgIDs: floors[0], runIDs: floors[1], stepIDs: floors[2],
 		reqs:      make(chan []*commitReq, cfg.MaxGroup),
 		heads:     make(map[string]threadHead),
 		stepHeads: make(map[string]stepHead),

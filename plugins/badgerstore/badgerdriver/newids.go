@@ -8,7 +8,8 @@ import (
 )
 
 // A commit of a new run and its input message must show that the run id and
-// the message id are unused. Read from badger, each is a miss that searches
+// the message id are unused, and a step commit that each step's id is.
+// Read from badger, each is a miss that searches
 // every memtable and every level. The ids the host makes (store.NewID) grow
 // with time, so the committer proves most new ids unused without a read
 // (ADR 0152):

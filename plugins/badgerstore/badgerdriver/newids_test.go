@@ -173,3 +173,75 @@ func TestLastID(t *testing.T) {
 		t.Fatalf("no idempotency keys, last %q", id)
 	}
 }
+
+// TestNewStepIDs: a step id in use is refused however it arrives, through
+// a step batch or a commit: growing or not, in the same group as its first
+// use, after the committer's set was emptied, and after a reopen.
+func TestNewStepIDs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d, err := Open(DefaultConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stepIDs.max = 3 // set before the first commit: the floor rises every third id
+	next := map[string]int64{}
+	var used []string
+	step := func(run, id string) driver.StepBatch {
+		b := stepBatch("t"+run, run, "o", 1, next[run]+1)
+		b.Steps[0].ID = id
+		return b
+	}
+	for _, run := range []string{"r1", "r2"} {
+		if _, err := d.Commit(ctx, runBatch("t"+run, 0, run, record.StateActive, "o", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range []int{10, 11, 13, 12, 14, 20, 15, 21, 5, 22} {
+		run := []string{"r1", "r2"}[i%2]
+		id := fmt.Sprintf("step_%04d", n)
+		if err := d.CommitSteps(ctx, step(run, id)); err != nil {
+			t.Fatalf("step id %s: %v", id, err)
+		}
+		next[run]++
+		used = append(used, id)
+	}
+	check := func(d *Driver, when string) {
+		t.Helper()
+		for _, id := range used {
+			if err := d.CommitSteps(ctx, step("r1", id)); !errors.Is(err, driver.ErrInvalidArgument) || !strings.Contains(err.Error(), "exists") {
+				t.Fatalf("%s: step id %s again: %v", when, id, err)
+			}
+		}
+	}
+	check(d, "growing ids")
+
+	// In one group: a step batch, then another run's batch and a commit
+	// reusing its id.
+	errs := d.CommitStepsMany(ctx, []driver.StepBatch{step("r1", "step_0100"), step("r2", "step_0100")})
+	if errs[0] != nil || !errors.Is(errs[1], driver.ErrInvalidArgument) {
+		t.Fatalf("one group, a step id reused: %v", errs)
+	}
+	next["r1"]++
+	used = append(used, "step_0100")
+	end := runBatch("tr2", 1, "r2", record.StateCompleted, "o", 1)
+	end.Steps = step("r2", "step_0100").Steps
+	if _, err := d.Commit(ctx, end); !errors.Is(err, driver.ErrInvalidArgument) {
+		t.Fatalf("a commit reusing a step id: %v", err)
+	}
+
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Open(DefaultConfig(dir)); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	if d.stepIDs.floor != "step_0100" {
+		t.Fatalf("after a reopen: floor %q, want the last step id step_0100", d.stepIDs.floor)
+	}
+	check(d, "after a reopen")
+	if err := d.CommitSteps(ctx, step("r1", "step_0300")); err != nil {
+		t.Fatalf("a new step id after a reopen: %v", err)
+	}
+}

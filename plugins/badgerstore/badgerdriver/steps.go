@@ -153,12 +153,12 @@ func (d *Driver) applySteps(txn *badger.Txn, req *commitReq) (wrote bool, err er
 	if s := b.Steps[0]; s.Seq != h.lastSeq+1 {
 		return false, fmt.Errorf("%w: step %s of run %s has seq %d; the next is %d", driver.ErrVersionConflict, s.ID, s.RunID, s.Seq, h.lastSeq+1)
 	}
-	if err := checkNewStepIDs(txn, b.Steps); err != nil {
+	if err := d.checkNewStepIDs(txn, b.Steps); err != nil {
 		return false, err
 	}
 	h.lastSeq = b.Steps[len(b.Steps)-1].Seq
 	d.txnSteps[b.RunID] = h
-	return true, writeSteps(txn, b.Steps, req.enc.steps)
+	return true, d.writeSteps(txn, b.Steps, req.enc.steps)
 }
 
 // stepHead returns the step head of run runID as the transaction txn sees
@@ -256,7 +256,7 @@ func (d *Driver) checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
 			return fmt.Errorf("%w: step %s of run %s has seq %d; the next is %d", driver.ErrVersionConflict, s.ID, s.RunID, s.Seq, last+1)
 		}
 	}
-	return checkNewStepIDs(txn, steps)
+	return d.checkNewStepIDs(txn, steps)
 }
 
 // lastSeqOf returns the seq of the last step of run runID as txn sees it:
@@ -271,9 +271,14 @@ func (d *Driver) lastSeqOf(txn *badger.Txn, runID string) (int64, error) {
 	return lastStepSeq(txn, runID)
 }
 
-// checkNewStepIDs checks that no step of steps has an id already stored.
-func checkNewStepIDs(txn *badger.Txn, steps []record.Step) error {
+// checkNewStepIDs checks that no step of steps has an id already stored:
+// proved by the committer's floor of step ids when it can (ADR 0152), else
+// read.
+func (d *Driver) checkNewStepIDs(txn *badger.Txn, steps []record.Step) error {
 	for _, s := range steps {
+		if d.stepIDs.unused(s.ID) {
+			continue
+		}
 		ok, err := exists(txn, stepIDKey(s.ID))
 		if err != nil {
 			return err
@@ -287,11 +292,12 @@ func checkNewStepIDs(txn *badger.Txn, steps []record.Step) error {
 
 // writeSteps writes steps, encoded as enc. The last seq of each run's log
 // is its last key's; it is not written apart (ADR 0158).
-func writeSteps(txn *badger.Txn, steps []record.Step, enc [][]byte) error {
+func (d *Driver) writeSteps(txn *badger.Txn, steps []record.Step, enc [][]byte) error {
 	for i, s := range steps {
 		if err := txn.Set(stepKey(s.RunID, s.Seq), enc[i]); err != nil {
 			return err
 		}
+		d.stepIDs.add(s.ID)
 		if err := txn.Set(stepIDKey(s.ID), nil); err != nil {
 			return err
 		}
