@@ -467,6 +467,7 @@ func (d *Driver) apply(txn *badger.Txn, req *commitReq, written map[string]threa
 		return true, err
 	}
 	written[b.ThreadID] = threadHead{version: b.Thread.Version, lastSeq: lastSeq}
+	d.headsOfRuns(b)
 	return true, nil
 }
 

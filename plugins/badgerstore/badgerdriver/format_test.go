@@ -261,3 +261,61 @@ func TestCommitStepsAgainstHeads(t *testing.T) {
 	}
 	check("r2") // read from its log
 }
+
+// TestStepHeadsFromCommits: a run a commit writes active gets its step
+// head from the commit, its last seq read from its log at its first step
+// batch: a run started with steps already in its log (written before the
+// run, or by an earlier attempt) goes on after them, in the commit's group
+// or a later one.
+func TestStepHeadsFromCommits(t *testing.T) {
+	ctx := context.Background()
+	d, err := Open(DefaultConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	// r1's first two steps come with the thread's first commit, before r1
+	// is written; r1 starts in the next.
+	first := runBatch("t1", 0, "r0", record.StateCompleted, "o", 1)
+	first.Steps = append(stepBatch("t1", "r1", "o", 1, 1).Steps, stepBatch("t1", "r1", "o", 1, 2).Steps...)
+	if _, err := d.Commit(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Commit(ctx, runBatch("t1", 1, "r1", record.StateActive, "o", 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []int64{1, 2, 4} {
+		if err := d.CommitSteps(ctx, stepBatch("t1", "r1", "o", 1, seq)); !errors.Is(err, driver.ErrVersionConflict) {
+			t.Fatalf("r1: step %d: %v, want a conflict", seq, err)
+		}
+	}
+	if err := d.CommitSteps(ctx, stepBatch("t1", "r1", "o", 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// Started again by another owner, its step in the same group.
+	restart, err := d.prepare(ctx, runBatch("t1", 2, "r1", record.StateActive, "p", 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []*commitReq
+	for _, b := range []driver.StepBatch{stepBatch("t1", "r1", "o", 1, 4), stepBatch("t1", "r1", "p", 2, 3), stepBatch("t1", "r1", "p", 2, 4)} {
+		r, err := d.prepareSteps(ctx, &b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, r)
+	}
+	if err := d.submit(ctx, append([]*commitReq{restart}, reqs...)); err != nil {
+		t.Fatal(err)
+	}
+	want := []error{nil, driver.ErrVersionConflict, driver.ErrVersionConflict, nil}
+	for i, r := range append([]*commitReq{restart}, reqs...) {
+		if err := <-r.done; !errors.Is(err, want[i]) {
+			t.Fatalf("member %d of the restart's group: %v, want %v", i, err, want[i])
+		}
+	}
+	steps, err := d.ReadSteps(ctx, "r1", 0, 10)
+	if err != nil || len(steps) != 4 || steps[3].ID != "r1-a2-s4-p" {
+		t.Fatalf("r1's steps: %+v, %v", steps, err)
+	}
+}

@@ -33,7 +33,10 @@ import (
 // keeps thread heads (ADR 0145), so that the next batch of the run reads
 // neither the run's record nor its last seq; any other write to a run (a
 // commit that writes the run or takes steps of it) drops its head first, so
-// that its next batch reads both from the transaction again (ADR 0153).
+// that its next batch reads both from the transaction again (ADR 0153). A
+// commit that writes a run active leaves the run's head as it wrote it,
+// its last seq unread: the run's first batch reads only its log's last key
+// (ADR 0158).
 
 var (
 	_ driver.StepStore                = (*Driver)(nil)
@@ -47,8 +50,12 @@ type stepHead struct {
 	threadID, owner string
 	state           record.RunState // active for every head the committer keeps
 	attempt         int
-	lastSeq         int64
+	lastSeq         int64 // seqUnread: not known yet, read from the log when needed
 }
+
+// seqUnread is the lastSeq of a step head made from a commit that wrote
+// the run: the committer knows the run as written, not its log.
+const seqUnread = -1
 
 // CommitSteps implements driver.StepStore.
 func (d *Driver) CommitSteps(ctx context.Context, b driver.StepBatch) error {
@@ -164,19 +171,25 @@ func (d *Driver) applySteps(txn *badger.Txn, req *commitReq) (wrote bool, err er
 // stepHead returns the step head of run runID as the transaction txn sees
 // it: what an earlier member of its group wrote, else what the committer's
 // cache holds, else what txn reads (badger.ErrKeyNotFound for a run that
-// does not exist).
+// does not exist). A head whose last seq is unread gets it from txn.
 func (d *Driver) stepHead(txn *badger.Txn, runID string) (stepHead, error) {
-	if h, ok := d.txnSteps[runID]; ok {
-		return h, nil
+	h, ok := d.txnSteps[runID]
+	if !ok {
+		h, ok = d.stepHeads[runID]
 	}
-	if h, ok := d.stepHeads[runID]; ok {
+	if ok {
+		if h.lastSeq == seqUnread {
+			var err error
+			h.lastSeq, err = lastStepSeq(txn, runID)
+			return h, err
+		}
 		return h, nil
 	}
 	run, err := getRun(txn, runID)
 	if err != nil {
 		return stepHead{}, err
 	}
-	h := stepHead{threadID: run.ThreadId, owner: run.Owner, state: record.RunState(run.State), attempt: int(run.Attempt)}
+	h = stepHead{threadID: run.ThreadId, owner: run.Owner, state: record.RunState(run.State), attempt: int(run.Attempt)}
 	if h.state != record.StateActive {
 		return h, nil // refused: its last seq does not matter
 	}
@@ -195,6 +208,18 @@ func (d *Driver) forgetSteps(b driver.Batch) {
 	for _, s := range b.Steps {
 		delete(d.stepHeads, s.RunID)
 		delete(d.txnSteps, s.RunID)
+	}
+}
+
+// headsOfRuns gives each active run a commit b wrote a step head, as b
+// wrote it, its last seq unread: the run's next step batch reads its log's
+// last key only, not the run. Called once b's writes are in the
+// transaction.
+func (d *Driver) headsOfRuns(b driver.Batch) {
+	for _, r := range b.Runs {
+		if r.State == record.StateActive {
+			d.txnSteps[r.ID] = stepHead{threadID: r.ThreadID, owner: r.Owner, state: r.State, attempt: r.Attempt, lastSeq: seqUnread}
+		}
 	}
 }
 
@@ -262,10 +287,11 @@ func (d *Driver) checkNextSeqs(txn *badger.Txn, steps []record.Step) error {
 // lastSeqOf returns the seq of the last step of run runID as txn sees it:
 // its step head's, if the committer has one, else read.
 func (d *Driver) lastSeqOf(txn *badger.Txn, runID string) (int64, error) {
-	if h, ok := d.txnSteps[runID]; ok {
-		return h.lastSeq, nil
+	h, ok := d.txnSteps[runID]
+	if !ok {
+		h, ok = d.stepHeads[runID]
 	}
-	if h, ok := d.stepHeads[runID]; ok {
+	if ok && h.lastSeq != seqUnread {
 		return h.lastSeq, nil
 	}
 	return lastStepSeq(txn, runID)
