@@ -39,7 +39,8 @@ type Options struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// route but /healthz and /readyz.
 	Token string
-	// MaxWait bounds the wait parameter of the result route. Default 5m.
+	// MaxWait bounds the wait parameter of the result and submit routes.
+	// Default 5m.
 	MaxWait time.Duration
 	Logger  *slog.Logger
 	// DriverRestarts, when set, reports how often the store driver was
@@ -419,9 +420,45 @@ type Admission struct {
 	ThreadID       string `json:"thread_id"`
 }
 
+// SubmitResult is the answer to a submission that waited for its run
+// (POST .../inputs?wait=) and saw it settle: the admission and the result.
+type SubmitResult struct {
+	RunID           string  `json:"run_id"`
+	InputMessageID  string  `json:"input_message_id"`
+	ThreadID        string  `json:"thread_id"`
+	AnsweredByRunID string  `json:"answered_by_run_id,omitempty"`
+	State           string  `json:"state"`
+	TerminalReason  string  `json:"terminal_reason,omitempty"`
+	Error           string  `json:"error,omitempty"`
+	Answer          *Answer `json:"answer"`
+}
+
+// waitParam reads the wait query parameter: how long a request waits for
+// a run to settle, at most MaxWait. set is false when it is absent.
+func (h *Handler) waitParam(r *http.Request) (wait time.Duration, set bool, err error) {
+	if r.URL.RawQuery == "" {
+		return 0, false, nil // no query to parse
+	}
+	s := r.URL.Query().Get("wait")
+	if s == "" {
+		return 0, false, nil
+	}
+	d, perr := time.ParseDuration(s)
+	if perr != nil || d < 0 {
+		return 0, false, fmt.Errorf("%w: wait must be a duration such as 30s", host.ErrInvalid)
+	}
+	return min(d, h.opt.MaxWait), true, nil
+}
+
 func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	thread, ok := h.pathID(w, r, "thread_id")
 	if !ok {
+		return
+	}
+	// Checked before the input is admitted: a bad wait admits nothing.
+	wait, waits, err := h.waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
@@ -442,7 +479,30 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, Admission{RunID: tk.RunID, InputMessageID: tk.InputMessageID, ThreadID: thread})
+	adm := Admission{RunID: tk.RunID, InputMessageID: tk.InputMessageID, ThreadID: thread}
+	if !waits {
+		writeJSON(w, http.StatusAccepted, adm)
+		return
+	}
+	// The input is durable: whatever the wait meets, the answer is the
+	// admission (202) unless the run settled (200). A client that retries
+	// with the same key gets the same run, and waits for it again.
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := h.rt.Wait(ctx, tk.RunID)
+	if err != nil || !res.Settled {
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			h.log.Warn("waiting for a submitted input's run failed; answering with the admission", "run", tk.RunID, "thread", thread, "err", err)
+		}
+		writeJSON(w, http.StatusAccepted, adm)
+		return
+	}
+	out := SubmitResult{RunID: adm.RunID, InputMessageID: adm.InputMessageID, ThreadID: thread,
+		AnsweredByRunID: res.AnsweredByRunID, State: string(res.State), TerminalReason: string(res.TerminalReason), Error: res.Error}
+	if res.Answer != nil {
+		out.Answer = &Answer{ID: res.Answer.ID, Content: res.Answer.Content}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // Run is a run record on the wire.
@@ -535,14 +595,10 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	wait := time.Duration(0)
-	if s := r.URL.Query().Get("wait"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			h.fail(w, r, fmt.Errorf("%w: wait must be a duration such as 30s", host.ErrInvalid))
-			return
-		}
-		wait = min(d, h.opt.MaxWait)
+	wait, _, err := h.waitParam(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()

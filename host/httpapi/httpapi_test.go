@@ -507,3 +507,67 @@ func TestCancelTakenAndSteps(t *testing.T) {
 	resp, body = s.do(t, "GET", "/v1/runs/nope/steps", "")
 	wantProblem(t, resp, body, 404, "not_found")
 }
+
+// TestSubmitWait: a submission with ?wait= answers with the run's result
+// when it settles in time (200), with the admission when it does not (202),
+// the same for a retry with the same key; a bad wait admits nothing.
+func TestSubmitWait(t *testing.T) {
+	s := newServer(t, false, httpapi.Options{})
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"hello"}`, "Idempotency-Key", "key-1")
+	res := decode[httpapi.SubmitResult](t, body)
+	if resp.StatusCode != 200 || res.RunID == "" || res.InputMessageID == "" || res.ThreadID != "T" || res.State != "completed" ||
+		res.AnsweredByRunID != res.RunID || res.Answer == nil || res.Answer.Content != "hello" {
+		t.Fatalf("submit with wait: %d %s", resp.StatusCode, body)
+	}
+	// A retry with the same key: the same run, its answer again.
+	resp, again := s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"hello"}`, "Idempotency-Key", "key-1")
+	if resp.StatusCode != 200 || string(again) != string(body) {
+		t.Fatalf("retry with wait: %d %s, first %s", resp.StatusCode, again, body)
+	}
+	// Without wait, the same key is the same admission.
+	resp, b := s.do(t, "POST", "/v1/threads/T/inputs", `{"content":"hello"}`, "Idempotency-Key", "key-1")
+	if adm := decode[httpapi.Admission](t, b); resp.StatusCode != 202 || adm.RunID != res.RunID || adm.InputMessageID != res.InputMessageID {
+		t.Fatalf("retry without wait: %d %s", resp.StatusCode, b)
+	}
+	// Other content under the key is refused, waiting or not.
+	resp, b = s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"other"}`, "Idempotency-Key", "key-1")
+	wantProblem(t, resp, b, 422, "key_reused")
+	// A bad wait is refused before anything is admitted.
+	for _, q := range []string{"wait=soon", "wait=-1s", "wait=5"} {
+		resp, b = s.do(t, "POST", "/v1/threads/U/inputs?"+q, `{"content":"x"}`, "Idempotency-Key", "key-u")
+		wantProblem(t, resp, b, 400, "bad_request")
+	}
+	resp, b = s.do(t, "GET", "/v1/threads/U/runs", "")
+	wantProblem(t, resp, b, 404, "not_found")
+	// A bad body is refused as without wait.
+	resp, b = s.do(t, "POST", "/v1/threads/U/inputs?wait=30s", `{"content":""}`)
+	wantProblem(t, resp, b, 400, "bad_request")
+}
+
+// TestSubmitWaitTimeout: a run that does not settle within the wait is
+// answered with its admission (202); it goes on, and a retry with the same
+// key once it settled answers with its result.
+func TestSubmitWaitTimeout(t *testing.T) {
+	s := newServer(t, true, httpapi.Options{})
+	resp, body := s.do(t, "POST", "/v1/threads/T/inputs?wait=10ms", `{"content":"slow"}`, "Idempotency-Key", "k")
+	adm := decode[httpapi.Admission](t, body)
+	if resp.StatusCode != 202 || adm.RunID == "" || adm.InputMessageID == "" || adm.ThreadID != "T" {
+		t.Fatalf("unsettled submit: %d %s", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), `"state"`) {
+		t.Fatalf("unsettled submit answered with a result: %s", body)
+	}
+	// busy: the policy rejects an input while the run waits, wait or not.
+	resp, b := s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"second","hint":"reject"}`)
+	wantProblem(t, resp, b, 409, "busy")
+	s.gate <- struct{}{}
+	resp, b = s.do(t, "GET", "/v1/runs/"+adm.RunID+"/result?wait=30s", "")
+	if resp.StatusCode != 200 || decode[httpapi.Result](t, b).State != "completed" {
+		t.Fatalf("result: %d %s", resp.StatusCode, b)
+	}
+	resp, b = s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"slow"}`, "Idempotency-Key", "k")
+	res := decode[httpapi.SubmitResult](t, b)
+	if resp.StatusCode != 200 || res.RunID != adm.RunID || res.InputMessageID != adm.InputMessageID || res.Answer == nil || res.Answer.Content != "slow" {
+		t.Fatalf("retry after it settled: %d %s", resp.StatusCode, b)
+	}
+}
