@@ -175,6 +175,38 @@ func (c *Client) Submit(ctx context.Context, thread, key string, body SubmitBody
 	return a, err
 }
 
+// SubmitWait submits with ?wait=: settled reports that the run settled
+// within wait, and res is its result (200); otherwise only the admission
+// came back (202).
+func (c *Client) SubmitWait(ctx context.Context, thread, key string, body SubmitBody, wait time.Duration) (adm Admission, res Result, settled bool, err error) {
+	b, _ := json.Marshal(body)
+	var out submitAnswer
+	st, err := c.do(ctx, "POST", "/v1/threads/"+thread+"/inputs?wait="+wait.String(), b, key, &out)
+	if err != nil {
+		return Admission{}, Result{}, false, err
+	}
+	return out.Admission, out.result(), st == http.StatusOK, nil
+}
+
+// submitAnswer is the answer to a submission with ?wait=: the admission,
+// and the result when the run settled in time (200).
+type submitAnswer struct {
+	Admission
+	AnsweredByRunID string `json:"answered_by_run_id"`
+	State           string `json:"state"`
+	TerminalReason  string `json:"terminal_reason"`
+	Error           string `json:"error"`
+	Answer          *struct {
+		ID      string `json:"id"`
+		Content string `json:"content"`
+	} `json:"answer"`
+}
+
+// result is the run's half of the answer.
+func (a submitAnswer) result() Result {
+	return Result{RunID: a.RunID, AnsweredByRunID: a.AnsweredByRunID, State: a.State, TerminalReason: a.TerminalReason, Error: a.Error, Answer: a.Answer}
+}
+
 // Result waits up to wait for a run's result. settled is false when the run
 // did not settle in time (202).
 func (c *Client) Result(ctx context.Context, runID string, wait time.Duration) (res Result, settled bool, err error) {

@@ -32,6 +32,10 @@ type ClosedLoop struct {
 	// rather than each client's own HTTP/1.1 connections (see wireConn),
 	// which plain http bases use by default.
 	NetHTTP bool
+	// OneRequest submits with ?wait= (POST .../inputs?wait=), so that a
+	// run answered within the wait costs one request, not two; a run not
+	// answered in time is waited for with GET result?wait= as usual.
+	OneRequest bool
 }
 
 // LoopStats is what a closed-loop measurement saw.
@@ -142,13 +146,27 @@ func (cl ClosedLoop) Run(ctx context.Context, c *Client) (LoopStats, error) {
 func (cl ClosedLoop) one(ctx context.Context, c *Client, wc *wireConn, thread, key string) error {
 	var adm Admission
 	var err error
-	if wc != nil {
-		adm, err = wc.submit(ctx, thread, key, "closed loop "+key)
-	} else {
-		adm, err = c.Submit(ctx, thread, key, SubmitBody{Content: "closed loop " + key})
+	var res Result
+	var settled bool
+	content := "closed loop " + key
+	switch {
+	case wc != nil && cl.OneRequest:
+		adm, res, settled, err = wc.submitWait(ctx, thread, key, content, cl.Wait)
+	case wc != nil:
+		adm, err = wc.submit(ctx, thread, key, content)
+	case cl.OneRequest:
+		adm, res, settled, err = c.SubmitWait(ctx, thread, key, SubmitBody{Content: content}, cl.Wait)
+	default:
+		adm, err = c.Submit(ctx, thread, key, SubmitBody{Content: content})
 	}
 	if err != nil {
 		return fmt.Errorf("submitting to %s: %w", thread, err)
+	}
+	if settled {
+		if res.State != "completed" {
+			return fmt.Errorf("run %s ended %s (%s): %s", adm.RunID, res.State, res.TerminalReason, res.Error)
+		}
+		return nil
 	}
 	for {
 		var res Result

@@ -25,7 +25,9 @@ import (
 // same work through the Go API on a runtime over badger in process. The two
 // take turns (HTTP, Go, Go, HTTP, ...), b.N runs each in rounds; the ratios
 // are the medians of the rounds' pairs. With 1 client it reports latency,
-// with 64 runs/s.
+// with 64 runs/s. Each round also runs the same loop with one request per
+// run (POST .../inputs?wait=, "1req-" figures): an extra figure beside the
+// submit-then-GET one, which is what the targets measure.
 func BenchmarkHTTPClosedLoop(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -66,14 +68,14 @@ func BenchmarkHTTPClosedLoop(b *testing.B) {
 	for _, clients := range []int{1, 64} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			round := max(clients*20, 100)
-			var httpLat, goLat []time.Duration
-			var httpTook, goTook time.Duration
+			var httpLat, goLat, oneLat []time.Duration
+			var httpTook, goTook, oneTook time.Duration
 			var ratesRatio, p50Ratio []float64
 			k := 0
 			for done := 0; done < b.N; k++ {
 				n := min(round, b.N-done)
 				prefix := fmt.Sprintf("r%d-%d-%d", clients, b.N, k)
-				var hs soak.LoopStats
+				var hs, one soak.LoopStats
 				var gl []time.Duration
 				var gt time.Duration
 				httpSide := func() {
@@ -84,15 +86,25 @@ func BenchmarkHTTPClosedLoop(b *testing.B) {
 					}
 				}
 				goSide := func() { gl, gt = goLoop(b, rt, clients, n, prefix) }
+				oneSide := func() {
+					var err error
+					one, err = soak.ClosedLoop{Clients: clients, Runs: n, PerThread: 50, Prefix: "one-" + prefix, OneRequest: true}.Run(ctx, c)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
 				if k%2 == 0 {
 					httpSide()
 					goSide()
+					oneSide()
 				} else {
+					oneSide()
 					goSide()
 					httpSide()
 				}
 				httpLat, goLat = append(httpLat, hs.Latencies...), append(goLat, gl...)
 				httpTook, goTook = httpTook+hs.Elapsed, goTook+gt
+				oneLat, oneTook = append(oneLat, one.Latencies...), oneTook+one.Elapsed
 				ratesRatio = append(ratesRatio, (float64(hs.Runs)/hs.Elapsed.Seconds())/(float64(len(gl))/gt.Seconds()))
 				p50Ratio = append(p50Ratio, float64(hs.Percentile(50))/float64(pct(gl, 50)))
 				done += n
@@ -104,6 +116,8 @@ func BenchmarkHTTPClosedLoop(b *testing.B) {
 			b.ReportMetric(float64(pct(goLat, 50).Microseconds())/1000, "go-p50-ms")
 			b.ReportMetric(median(ratesRatio), "ratio:http/go-runs/s")
 			b.ReportMetric(median(p50Ratio), "ratio:http/go-p50")
+			b.ReportMetric(float64(len(oneLat))/oneTook.Seconds(), "http-1req-runs/s")
+			b.ReportMetric(float64(pct(oneLat, 50).Microseconds())/1000, "http-1req-p50-ms")
 		})
 	}
 }

@@ -27,13 +27,14 @@ import (
 // this way (see useWire); the answers are read as net/http would (status,
 // Content-Length or chunked, Connection: close).
 type wireConn struct {
-	c     *Client
-	hosts []*wireHost
-	buf   []byte // the request being written
-	body  []byte // the answer's body
-	stop  func() bool
-	mu    sync.Mutex // guards done and the hosts' conns against Close
-	done  bool
+	c      *Client
+	hosts  []*wireHost
+	buf    []byte // the request being written
+	body   []byte // the answer's body
+	status int    // the answer's status
+	stop   func() bool
+	mu     sync.Mutex // guards done and the hosts' conns against Close
+	done   bool
 }
 
 type wireHost struct {
@@ -110,6 +111,15 @@ func (w *wireConn) submit(ctx context.Context, thread, key, content string) (Adm
 	return a, err
 }
 
+// submitWait posts one input with an idempotency key and ?wait=: settled
+// reports that the run settled within wait and res is its result (200);
+// otherwise only the admission came back (202).
+func (w *wireConn) submitWait(ctx context.Context, thread, key, content string, wait time.Duration) (adm Admission, res Result, settled bool, err error) {
+	var a submitAnswer
+	err = w.do(ctx, "POST", "/v1/threads/"+thread+"/inputs?wait="+wait.String(), key, content, &a)
+	return a.Admission, a.result(), err == nil && w.status == http.StatusOK, err
+}
+
 // result waits up to wait for a run's result (settled false: 202).
 func (w *wireConn) result(ctx context.Context, runID string, wait time.Duration) (Result, bool, error) {
 	var res Result
@@ -150,6 +160,7 @@ func (w *wireConn) do(ctx context.Context, method, path, key, content string, ou
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", method, path, err)
 		}
+		w.status = status
 		switch {
 		case status == http.StatusAccepted && method == "GET":
 			return errAccepted

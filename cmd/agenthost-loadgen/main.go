@@ -2,7 +2,7 @@
 //
 //	agenthost-loadgen load --addr http://127.0.0.1:7070 [--seed N] [--threads T] [--workers W] [--n N] [--out FILE]
 //	agenthost-loadgen soak [--profile short|steps-short|full|NEMESIS] [--seed N] [--dir DIR] [--strict-steps]
-//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N] [--client wire|net/http] [--cpuprofile FILE]
+//	agenthost-loadgen closed --addr URL [--clients N] [--runs N] [--duration D] [--per-thread N] [--client wire|net/http] [--one-request] [--cpuprofile FILE]
 //
 // load submits inputs over HTTP across many threads with a mix of hints and
 // idempotency keys, retrying with the same key after errors and timeouts,
@@ -17,6 +17,7 @@
 // keeps its own HTTP/1.1 connection alive and reads and writes it itself
 // (--client net/http: Go's http.Client instead), so that the generator's
 // CPU, which a shared machine takes from the server, stays small.
+// --one-request submits with ?wait= instead, one request per run.
 package main
 
 import (
@@ -118,6 +119,7 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	token := fs.String("token", os.Getenv("AGENTHOST_TOKEN"), "bearer token (default: $AGENTHOST_TOKEN)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load generator to this file (its own cost counts against a shared machine)")
 	client := fs.String("client", "wire", "HTTP client: wire (each client's own kept-alive HTTP/1.1 connection, read and written by the client itself; http:// only) or net/http (Go's http.Client)")
+	oneRequest := fs.Bool("one-request", false, "submit with ?wait= (POST .../inputs?wait=), one request per run answered in time, rather than a submission then GET result?wait=")
 	if fs.Parse(args) != nil {
 		return 2
 	}
@@ -143,8 +145,12 @@ func runClosed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	c := soak.NewClient(bases[0])
 	c.More = bases[1:]
 	c.Token = *token
-	st, err := soak.ClosedLoop{Clients: *clients, Runs: *runs, Duration: *duration, PerThread: *perThread, Prefix: *prefix, NetHTTP: *client == "net/http"}.Run(ctx, c)
-	fmt.Fprintf(stdout, "closed clients=%d %s\n", *clients, st)
+	st, err := soak.ClosedLoop{Clients: *clients, Runs: *runs, Duration: *duration, PerThread: *perThread, Prefix: *prefix, NetHTTP: *client == "net/http", OneRequest: *oneRequest}.Run(ctx, c)
+	form := ""
+	if *oneRequest {
+		form = " one-request"
+	}
+	fmt.Fprintf(stdout, "closed clients=%d%s %s\n", *clients, form, st)
 	if err != nil {
 		fmt.Fprintln(stderr, "closed:", err)
 		return 1
