@@ -2,10 +2,13 @@ package soak_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agenthost/agenthost/internal/apitest"
 	"github.com/agenthost/agenthost/soak"
@@ -61,5 +64,63 @@ func TestClosedLoopKeepsItsConnections(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("%d connections for one client's 80 requests", n)
+	}
+}
+
+// TestClosedLoopOneRequest: with OneRequest each run answered within the
+// wait is one submission with ?wait= and no result request; a run not
+// answered in time is waited for with GET result?wait=.
+func TestClosedLoopOneRequest(t *testing.T) {
+	ctx := context.Background()
+	var slow atomic.Bool
+	var waiting, results atomic.Int64
+	srv := apitest.New(t, apitest.Config{
+		Sleep: func(ctx context.Context, _ time.Duration) error {
+			if !slow.Load() {
+				return nil
+			}
+			select {
+			case <-time.After(time.Second):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		HTTP: func(hs *http.Server) {
+			api := hs.Handler
+			hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" && r.URL.Query().Get("wait") != "" {
+					waiting.Add(1)
+				}
+				if strings.HasSuffix(r.URL.Path, "/result") {
+					results.Add(1)
+				}
+				api.ServeHTTP(w, r)
+			})
+		},
+	})
+	c := soak.NewClient(srv.URL)
+	for _, netHTTP := range []bool{false, true} {
+		waiting.Store(0)
+		results.Store(0)
+		prefix := fmt.Sprintf("one-%v", netHTTP)
+		st, err := soak.ClosedLoop{Clients: 2, Runs: 10, PerThread: 4, Prefix: prefix, NetHTTP: netHTTP, OneRequest: true}.Run(ctx, c)
+		if err != nil || st.Runs != 10 {
+			t.Fatalf("net/http %v: %d runs, %v", netHTTP, st.Runs, err)
+		}
+		if waiting.Load() < 10 || results.Load() != 0 {
+			t.Fatalf("net/http %v: %d submissions with wait, %d result requests", netHTTP, waiting.Load(), results.Load())
+		}
+		// Runs that outlast the wait: answered 202, then waited for.
+		slow.Store(true)
+		results.Store(0)
+		st, err = soak.ClosedLoop{Clients: 1, Runs: 2, Prefix: prefix + "-slow", NetHTTP: netHTTP, OneRequest: true, Wait: time.Millisecond}.Run(ctx, c)
+		slow.Store(false)
+		if err != nil || st.Runs != 2 {
+			t.Fatalf("net/http %v, slow runs: %d runs, %v", netHTTP, st.Runs, err)
+		}
+		if results.Load() == 0 {
+			t.Fatalf("net/http %v: runs of a second answered within a wait of 1ms", netHTTP)
+		}
 	}
 }
