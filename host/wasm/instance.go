@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -29,13 +30,15 @@ type instance struct {
 	buf               []byte
 	output            *head
 
-	// The watch of the call in flight (watch.go); gen and stopped are
-	// guarded by the module's watchdog lock.
-	cctx    callContext
-	stop    chan struct{} // closed to stop the call in flight
-	stopped error         // why the call was stopped, nil if it was not
-	gen     uint64        // counts the instance's calls
-	unwatch func() bool   // stops the watch of the caller's context
+	// The watch of the call in flight (watch.go); gen, stopped, slot and
+	// deadline are guarded by the module's watchdog lock.
+	cctx     callContext
+	stop     chan struct{} // closed to stop the call in flight
+	stopped  error         // why the call was stopped, nil if it was not
+	gen      uint64        // counts the instance's calls
+	slot     int           // index in the watchdog's calls in flight, -1 if none
+	deadline time.Duration // the call's deadline, since the watchdog's epoch
+	unwatch  func() bool   // stops the watch of the caller's context
 }
 
 // newInstance starts an instance: _initialize, version check, init.
@@ -62,6 +65,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		tool:   mod.ExportedFunction(guestabi.ExportToolPolicy),
 		output: out,
 		stop:   make(chan struct{}),
+		slot:   -1,
 	}
 	inst.cctx = callContext{m: m, inst: inst}
 	if err := inst.start(lctx, m.opts.Config, m.hasInit); err != nil {

@@ -90,8 +90,7 @@ type Module struct {
 	pm       policy.Manifest
 	hasInit  bool
 
-	idle chan *instance
-	sem  chan struct{}
+	pool pool
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -153,9 +152,8 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 		opts:     opts,
 		log:      opts.Logger,
 		hasInit:  compiled.ExportedFunctions()[guestabi.ExportInit] != nil,
-		idle:     make(chan *instance, opts.MaxInstances),
-		sem:      make(chan struct{}, opts.MaxInstances),
-		wd:       watchdog{busy: map[*instance]time.Time{}},
+		pool:     pool{max: opts.MaxInstances},
+		wd:       watchdog{epoch: time.Now()},
 	}
 	if len(opts.Config) > 0 && !m.hasInit {
 		compiled.Close(ctx)
@@ -189,7 +187,7 @@ func (e *Engine) Load(ctx context.Context, wasm []byte, opts Options) (*Module, 
 		// Decide can return the fallback, so the manifest must say so.
 		m.pm.Actions = append(m.pm.Actions, opts.Fallback.Action)
 	}
-	m.idle <- inst
+	m.pool.idle = append(m.pool.idle, inst)
 	return m, nil
 }
 
@@ -297,14 +295,8 @@ func (m *Module) Stats() Stats {
 func (m *Module) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
-		for {
-			select {
-			case inst := <-m.idle:
-				inst.close()
-				continue
-			default:
-			}
-			break
+		for _, inst := range m.pool.close() {
+			inst.close()
 		}
 	})
 	return m.compiled.Close(ctx)
@@ -320,34 +312,28 @@ func (m *Module) get(ctx context.Context) (*instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	select {
-	case m.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	inst, err := m.pool.take(ctx)
+	if inst != nil || err != nil {
+		return inst, err
 	}
-	select {
-	case inst := <-m.idle:
-		return inst, nil
-	default:
-	}
-	inst, err := m.newInstance(ctx)
+	inst, err = m.newInstance(ctx)
 	if err != nil {
-		<-m.sem
+		m.pool.give(nil)
 		return nil, err
 	}
 	return inst, nil
 }
 
 func (m *Module) put(inst *instance, healthy bool) {
-	if healthy && !m.closed.Load() {
-		m.idle <- inst // never blocks: at most cap(sem) instances exist
-	} else {
-		if !healthy {
-			m.discarded.Add(1)
-		}
+	if !healthy {
+		m.discarded.Add(1)
 		inst.close()
+		m.pool.give(nil)
+		return
 	}
-	<-m.sem
+	if !m.pool.give(inst) {
+		inst.close() // the module was closed during the call
+	}
 }
 
 func (m *Module) fail(hook string, err error, fb runstate.Decision) {

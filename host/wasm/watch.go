@@ -32,9 +32,12 @@ import (
 
 // watchdog tracks a module's calls in flight.
 type watchdog struct {
-	mu      sync.Mutex
-	busy    map[*instance]time.Time // calls in flight and their deadlines
-	running bool                    // the watch goroutine is running
+	mu sync.Mutex
+	// busy holds the instances with a call in flight, in no order; an
+	// instance's slot is its index here (-1: none), its deadline the call's.
+	busy    []*instance
+	running bool      // the watch goroutine is running
+	epoch   time.Time // deadlines are durations since epoch (monotonic)
 }
 
 // callContext is the context of a hook call on one instance: the caller's
@@ -88,10 +91,14 @@ func exitCode(err error) uint32 {
 // begin registers a call on inst and returns its context.
 func (m *Module) begin(ctx context.Context, inst *instance) context.Context {
 	wd := &m.wd
+	// One monotonic clock read: time.Now would read the wall clock too.
+	deadline := time.Since(wd.epoch) + m.opts.CallTimeout
 	wd.mu.Lock()
 	inst.gen++
 	gen := inst.gen
-	wd.busy[inst] = time.Now().Add(m.opts.CallTimeout)
+	inst.deadline = deadline
+	inst.slot = len(wd.busy)
+	wd.busy = append(wd.busy, inst)
 	if !wd.running {
 		wd.running = true
 		go m.watch()
@@ -121,7 +128,7 @@ func (m *Module) end(inst *instance) error {
 		inst.unwatch = nil
 	}
 	m.wd.mu.Lock()
-	delete(m.wd.busy, inst)
+	m.wd.removeLocked(inst)
 	err := inst.stopped
 	m.wd.mu.Unlock()
 	inst.cctx.parent = nil
@@ -131,12 +138,27 @@ func (m *Module) end(inst *instance) error {
 // stopLocked stops the call on inst if it is still in flight; wazero's
 // watch of the call closes the module. The caller holds m.wd.mu.
 func (m *Module) stopLocked(inst *instance, err error) {
-	if _, ok := m.wd.busy[inst]; !ok || inst.stopped != nil {
+	if inst.slot < 0 || inst.stopped != nil {
 		return
 	}
-	delete(m.wd.busy, inst)
+	m.wd.removeLocked(inst)
 	inst.stopped = err
 	close(inst.stop)
+}
+
+// removeLocked takes inst out of the calls in flight, if it is there: the
+// last one moves into its slot. The caller holds wd.mu.
+func (wd *watchdog) removeLocked(inst *instance) {
+	i := inst.slot
+	if i < 0 {
+		return
+	}
+	last := len(wd.busy) - 1
+	moved := wd.busy[last]
+	wd.busy[i], moved.slot = moved, i
+	wd.busy[last] = nil
+	wd.busy = wd.busy[:last]
+	inst.slot = -1
 }
 
 // watch stops the calls that run past their deadline. It runs while calls
@@ -147,22 +169,25 @@ func (m *Module) watch() {
 	defer t.Stop()
 	for range t.C {
 		wd.mu.Lock()
-		now := time.Now()
-		var next time.Time
-		for inst, deadline := range wd.busy {
+		now := time.Since(wd.epoch)
+		next := time.Duration(-1)
+		// Backwards: stopping a call moves the last one, already seen,
+		// into its slot.
+		for i := len(wd.busy) - 1; i >= 0; i-- {
+			inst := wd.busy[i]
 			switch {
-			case !now.Before(deadline):
+			case inst.deadline <= now:
 				m.stopLocked(inst, context.DeadlineExceeded)
-			case next.IsZero() || deadline.Before(next):
-				next = deadline
+			case next < 0 || inst.deadline < next:
+				next = inst.deadline
 			}
 		}
-		if next.IsZero() {
+		if next < 0 {
 			wd.running = false
 			wd.mu.Unlock()
 			return
 		}
 		wd.mu.Unlock()
-		t.Reset(next.Sub(now))
+		t.Reset(next - now)
 	}
 }
