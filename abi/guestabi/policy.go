@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 )
 
 // PolicyRequestLayout is the layout version in byte 0 of a policy request.
@@ -67,15 +68,30 @@ func AppendPolicyRequest(dst []byte, r *PolicyRequest) []byte {
 	dst = appendStr(dst, r.ThreadID)
 	dst = appendStr(dst, r.Content)
 	dst = appendStr(dst, r.Hint)
-	if len(r.Metadata) > 0 {
-		keys := make([]string, 0, len(r.Metadata))
-		for k := range r.Metadata {
-			keys = append(keys, k)
+	if n := len(r.Metadata); n > 0 {
+		// The pairs are taken in one pass over the map (no lookups) into
+		// an array on the stack when they are few, and those few sorted
+		// by insertion.
+		var few [8]pair
+		pairs := few[:0]
+		if n > len(few) {
+			pairs = make([]pair, 0, n)
 		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			dst = appendStr(dst, k)
-			dst = appendStr(dst, r.Metadata[k])
+		for k, v := range r.Metadata {
+			pairs = append(pairs, pair{k, v})
+		}
+		if len(pairs) <= len(few) {
+			for i := 1; i < len(pairs); i++ {
+				for j := i; j > 0 && pairs[j].k < pairs[j-1].k; j-- {
+					pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
+				}
+			}
+		} else {
+			slices.SortFunc(pairs, func(a, b pair) int { return strings.Compare(a.k, b.k) })
+		}
+		for _, p := range pairs {
+			dst = appendStr(dst, p.k)
+			dst = appendStr(dst, p.v)
 		}
 	}
 	if r.Active != nil {
@@ -86,6 +102,8 @@ func AppendPolicyRequest(dst []byte, r *PolicyRequest) []byte {
 	}
 	return dst
 }
+
+type pair struct{ k, v string }
 
 func appendStr(dst []byte, s string) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))

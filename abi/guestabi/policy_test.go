@@ -1,7 +1,9 @@
 package guestabi
 
 import (
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -111,6 +113,38 @@ func TestReadPolicyHeader(t *testing.T) {
 	for i := range 16 + 4 + 1 + 4 + 2 + 4 + 6 {
 		if ReadPolicyHeader(b[:i], &h) == nil {
 			t.Errorf("truncated at %d read", i)
+		}
+	}
+}
+
+// TestPolicyRequestMetadataOrder: metadata pairs are encoded in ascending
+// key order, however many there are (few are sorted on the stack, many
+// otherwise).
+func TestPolicyRequestMetadataOrder(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 8, 9, 40} {
+		md := map[string]string{}
+		for i := range n {
+			md[fmt.Sprintf("k%03d", (i*37)%101)] = fmt.Sprint(i)
+		}
+		b := AppendPolicyRequest(nil, &PolicyRequest{Metadata: md})
+		// Header, then thread id, content and hint (empty), then the pairs.
+		rest := b[PolicyHeaderSize+12:]
+		var prev string
+		for i := range n {
+			k := string(rest[4 : 4+binary.LittleEndian.Uint32(rest)])
+			rest = rest[4+len(k):]
+			v := string(rest[4 : 4+binary.LittleEndian.Uint32(rest)])
+			rest = rest[4+len(v):]
+			if i > 0 && k <= prev {
+				t.Fatalf("%d pairs: key %q after %q", n, k, prev)
+			}
+			if md[k] != v {
+				t.Fatalf("%d pairs: %q=%q, want %q", n, k, v, md[k])
+			}
+			prev = k
+		}
+		if len(rest) != 0 {
+			t.Fatalf("%d pairs: %d bytes left", n, len(rest))
 		}
 	}
 }
