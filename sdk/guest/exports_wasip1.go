@@ -143,44 +143,50 @@ func coalesceFlag(c bool) byte {
 	return 0
 }
 
+// prepareStep and toolPolicy take the short path of inputPolicy: the
+// deferred recover in the export instead of a closure through protect.
+//
 //go:wasmexport agenthost_prepare_step
-func prepareStep(ptr, n uint32) uint64 {
-	var res StepResult
-	err := protect(func() error {
-		if registered == nil || registered.PrepareStep == nil {
-			return errNoHook
+func prepareStep(ptr, n uint32) (res uint64) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = errResult(panicError(r))
 		}
-		var r guestabi.StepRequest
-		if err := decodeStepRequest(input(ptr, n), &r); err != nil {
-			return err
-		}
-		var err error
-		res, err = registered.PrepareStep(&r)
-		return err
-	})
+	}()
+	g := registered
+	if g == nil || g.PrepareStep == nil {
+		return errResult(errNoHook)
+	}
+	var r guestabi.StepRequest
+	if err := decodeStepRequest(input(ptr, n), &r); err != nil {
+		return errResult(err)
+	}
+	sr, err := g.PrepareStep(&r)
 	if err != nil {
 		return errResult(err)
 	}
-	return result(appendStepResult(append(out[:0], guestabi.StatusOK), &res))
+	return result(appendStepResult(append(out[:0], guestabi.StatusOK), &sr))
 }
 
 //go:wasmexport agenthost_tool_policy
-func toolPolicy(ptr, n uint32) uint64 {
-	var d guestabi.ToolDecision
-	err := protect(func() error {
-		if registered == nil || registered.ToolPolicy == nil {
-			return errNoHook
+func toolPolicy(ptr, n uint32) (res uint64) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = errResult(panicError(r))
 		}
-		var r guestabi.ToolRequest
-		if err := readToolRequest(input(ptr, n), &r); err != nil {
-			return err
-		}
-		var err error
-		if d, err = registered.ToolPolicy(&r); err != nil {
-			return err
-		}
-		return guestabi.ValidToolDecision(d)
-	})
+	}()
+	g := registered
+	if g == nil || g.ToolPolicy == nil {
+		return errResult(errNoHook)
+	}
+	var r guestabi.ToolRequest
+	if err := readToolRequest(input(ptr, n), &r); err != nil {
+		return errResult(err)
+	}
+	d, err := g.ToolPolicy(&r)
+	if err == nil {
+		err = guestabi.ValidToolDecision(d)
+	}
 	if err != nil {
 		return errResult(err)
 	}
