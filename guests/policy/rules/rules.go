@@ -78,7 +78,33 @@ func Refine(hint, content string) string {
 			if i >= n {
 				break
 			}
-			seen |= phraseAt(b, i, n)
+			// The phrases that start at b[i], checked here rather than in
+			// a function: under closure checks a Go function entry costs
+			// an exit from the compiled code.
+			// The start of a word is checked last: most candidates fail
+			// before it.
+			w := lower8(binary.LittleEndian.Uint64(b[i:]))
+			switch byte(w) {
+			case 's':
+				if w&mask(4) == litStop && wordEnd(b, i, 4, n) && (i == 0 || !isLetter(b[i-1])) {
+					seen |= seenStop
+				} else if w&mask(7) == litShorter {
+					seen |= seenRefine
+				}
+			case 'c':
+				if w&mask(6) == litCancel && wordEnd(b, i, 6, n) && (i == 0 || !isLetter(b[i-1])) {
+					seen |= seenStop
+				}
+			case 'b':
+				if w == litBulletP && lower8(binary.LittleEndian.Uint64(b[i+8:]))&mask(4) == litOint {
+					seen |= seenRefine
+				}
+			case 'm':
+				next := lower8(binary.LittleEndian.Uint64(b[i+8:]))
+				if w == litMoreCon && next&mask(4) == litCise || w == litMoreDet && next&mask(3) == litAil {
+					seen |= seenRefine
+				}
+			}
 		}
 		if seen&seenStop != 0 {
 			return guestabi.ActionInterrupt
@@ -144,35 +170,6 @@ func isLetter(c byte) bool { c = lower(c); return 'a' <= c && c <= 'z' }
 
 // wordEnd reports whether the phrase of length l at i ends a word.
 func wordEnd(b []byte, i, l, n int) bool { return i+l >= n || !isLetter(b[i+l]) }
-
-// phraseAt checks the phrases that start at b[i].
-func phraseAt(b []byte, i, n int) int {
-	w := lower8(binary.LittleEndian.Uint64(b[i:]))
-	wordStart := i == 0 || !isLetter(b[i-1])
-	switch byte(w) {
-	case 's':
-		if wordStart && w&mask(4) == litStop && wordEnd(b, i, 4, n) {
-			return seenStop
-		}
-		if w&mask(7) == litShorter {
-			return seenRefine
-		}
-	case 'c':
-		if wordStart && w&mask(6) == litCancel && wordEnd(b, i, 6, n) {
-			return seenStop
-		}
-	case 'b':
-		if w == litBulletP && lower8(binary.LittleEndian.Uint64(b[i+8:]))&mask(4) == litOint {
-			return seenRefine
-		}
-	case 'm':
-		next := lower8(binary.LittleEndian.Uint64(b[i+8:]))
-		if w == litMoreCon && next&mask(4) == litCise || w == litMoreDet && next&mask(3) == litAil {
-			return seenRefine
-		}
-	}
-	return 0
-}
 
 func equalFold(s, lw string) bool {
 	if len(s) != len(lw) {
