@@ -61,7 +61,9 @@ func (co *coalescer[B]) errUnknown(err error) error {
 	return fmt.Errorf("%s: %w", co.unknown, err)
 }
 
-// do sends pb alone or with others, and waits for its result.
+// do sends pb alone or with others, and waits for its result. pb must not
+// change once do has it: proto.Size caches the sizes of its messages, which
+// the direct transport's encoding of a CommitMany uses.
 func (co *coalescer[B]) do(ctx context.Context, pb B) (int64, error) {
 	p := &pending[B]{ctx: ctx, pb: pb, size: proto.Size(pb), done: make(chan commitResult, 1)}
 	if p.size > driver.MaxBatchBytes {

@@ -609,7 +609,9 @@ func (c *dconn) request(id uint8, timeout int64, args any) ([]byte, error) {
 	}
 	c.call++
 	b := append(c.wbuf[:0], make([]byte, reqHeaderSize)...)
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, msg)
+	// A CommitMany's batches were sized when they were queued (coalesce.go)
+	// and not changed since: their sizes are not computed again.
+	b, err := proto.MarshalOptions{UseCachedSize: id == directCommitMany}.MarshalAppend(b, msg)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "error marshalling request: %v", err)
 	}
