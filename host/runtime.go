@@ -108,9 +108,9 @@ type Runtime struct {
 	events    *eventLog
 	stats     counters
 	waits     waitTimers // deadlines of the waiting runs this host owns
-	// noGiveUp: the store driver refused to give a thread up (one
+	// noGiveUp: whether the store driver refused to give a thread up (one
 	// certified before a thread could have no owner); handBack stops.
-	noGiveUp atomic.Bool
+	noGiveUp giveUpGate
 
 	baseCtx    context.Context // canceled when Close gives up waiting
 	abandonAll context.CancelFunc

@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agenthost/agenthost/abi/driver"
@@ -291,19 +293,32 @@ func (rt *Runtime) mayTake(threadID string, owner int64, open []record.Run) bool
 // by its home. A thread whose runs follow one another is given up between
 // two of them, when the last ended and no other is queued.
 func (rt *Runtime) handBack(threadID string) {
-	if rt.lease.alone() || rt.noGiveUp.Load() {
+	g := &rt.noGiveUp
+	if rt.lease.alone() || g.refused.Load() {
 		return
 	}
 	me := rt.lease.epoch.Load()
 	if h := rt.lease.home(threadID); h == me || !rt.lease.isLive(h) {
 		return
 	}
+	if !g.answered.Load() {
+		// Until the driver's first answer, one at a time: a driver that
+		// refuses is asked once.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.refused.Load() {
+			return
+		}
+	}
 	ok, err := rt.st.GiveUp(rt.baseCtx, threadID, me)
+	if err == nil || errors.Is(err, driver.ErrInvalidArgument) {
+		g.answered.Store(true)
+	}
 	switch {
 	case errors.Is(err, driver.ErrInvalidArgument):
 		// A driver certified before a thread could have no owner refuses
 		// every such commit: say so once, and stop asking.
-		if rt.noGiveUp.CompareAndSwap(false, true) {
+		if g.refused.CompareAndSwap(false, true) {
 			rt.log.Warn("the store driver refuses to give a thread up (owner 0); threads stay with the host that owns them, and this host stops handing them back", "thread", threadID, "err", err)
 		}
 	case err != nil:
@@ -313,6 +328,13 @@ func (rt *Runtime) handBack(threadID string) {
 	case ok:
 		rt.stats.handedBack.Add(1)
 	}
+}
+
+// giveUpGate is what handBack knows of the driver's answers to GiveUp.
+type giveUpGate struct {
+	mu       sync.Mutex  // held by a GiveUp until answered is set
+	answered atomic.Bool // the driver gave a thread up, or refused to
+	refused  atomic.Bool // it refused: handBack stops
 }
 
 // fencedStart handles a start the fence refused: the thread has another
