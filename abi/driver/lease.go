@@ -62,7 +62,9 @@ type Leaser interface {
 	// the channel is closed by the driver (a lost connection: watch again,
 	// and poll for what was missed). Once leases were acquired through this
 	// driver, it may leave out notices whose Owner is another epoch than
-	// theirs (not 0): their receivers would drop them.
+	// theirs (not 0), and notices sent through this driver: its watchers
+	// are the hosts of those leases, which drop both (a host never acts on
+	// a notice it sent).
 	Watch(ctx context.Context) (<-chan Notice, error)
 }
 

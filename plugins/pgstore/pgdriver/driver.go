@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -40,10 +41,13 @@ type Driver struct {
 	s    string // the schema's quoted name
 	sql  statements
 
-	// mu guards closed and watchers. Calls hold it shared for their whole
-	// length, so that Close waits for them.
-	mu       sync.RWMutex
-	closed   bool
+	// mu guards closed. Calls hold it shared for their whole length, so
+	// that Close waits for them.
+	mu     sync.RWMutex
+	closed bool
+	// wmu guards watchers (taken inside mu, or alone: a lease acquired
+	// ends the watches without waiting for the calls in progress).
+	wmu      sync.Mutex
 	watchers map[*watcher]struct{}
 
 	// held are the epochs of the leases acquired through this driver: its
@@ -67,6 +71,9 @@ type statements struct {
 	getIdem, history                                           string
 	listRuns, stepsTry, readSteps, threads                     string
 	acquire, gcLeases, renew, release, leases, notify, channel string
+	// epochChannel is the start of a lease's own notice channel (the
+	// epoch follows: lease.go).
+	epochChannel string
 }
 
 // params returns "$1, $2, ..., $n".
@@ -103,9 +110,29 @@ func newStatements(s, schema string) statements {
 		release:  "UPDATE " + s + ".leases SET released = true, expires_at = least(expires_at, clock_timestamp()) WHERE epoch = $1",
 		leases: "SELECT l.epoch, l.holder, l.expires_at, c.now FROM " + s + ".leases l, (SELECT clock_timestamp() AS now) c " +
 			"WHERE l.expires_at > c.now ORDER BY l.epoch",
-		notify:  "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-		channel: schema + "_notices",
+		// Every notice goes on the schema's channel, and on the channel of
+		// the lease it is for: Owner's, or, for every host (Owner 0), each
+		// live lease's but the sender's own ($5).
+		notify: "SELECT pg_notify(c.name, p.p) FROM unnest($2::text[]) WITH ORDINALITY AS p(p, n) CROSS JOIN (" +
+			"SELECT $1::text AS name " +
+			"UNION ALL SELECT $3::text || $4::bigint WHERE $4::bigint <> 0 " +
+			"UNION ALL SELECT $3::text || l.epoch FROM " + s + ".leases l WHERE $4::bigint = 0 AND l.expires_at > clock_timestamp() AND l.epoch <> ALL($5::bigint[])" +
+			") AS c ORDER BY c.name, p.n",
+		channel:      schema + "_notices",
+		epochChannel: epochChannelPrefix(schema),
 	}
+}
+
+// epochChannelPrefix is what a lease's notice channel starts with, the
+// epoch following: within PostgreSQL's 63 bytes for any epoch, and
+// distinct for distinct schemas.
+func epochChannelPrefix(schema string) string {
+	if len(schema) > 40 {
+		h := fnv.New32a()
+		h.Write([]byte(schema))
+		schema = fmt.Sprintf("%s%08x", schema[:32], h.Sum32())
+	}
+	return schema + "_n"
 }
 
 // Open connects to the database of cfg and brings its schema up to date.
@@ -452,8 +479,10 @@ func (d *Driver) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
+	d.wmu.Lock()
 	ws := d.watchers
 	d.watchers = nil
+	d.wmu.Unlock()
 	d.mu.Unlock()
 	for w := range ws {
 		w.stop()

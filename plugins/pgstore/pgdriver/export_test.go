@@ -31,5 +31,9 @@ func CommitV2(ctx context.Context, pool *pgxpool.Pool, schema string, b driver.B
 	return mapError(err)
 }
 
+// EpochChannelPrefix is epochChannelPrefix, for tests of the channels'
+// names.
+var EpochChannelPrefix = epochChannelPrefix
+
 // MapError is mapError, for tests of the mapping.
 var MapError = mapError

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +55,10 @@ func (d *Driver) AcquireLease(ctx context.Context, holder string, ttl time.Durat
 	return l, nil
 }
 
-// hold adds epoch to the leases acquired through this driver.
+// hold adds epoch to the leases acquired through this driver. The watches
+// in place listen on the channels of the leases held before: they end, and
+// their hosts watch again (driver.Leaser.Watch), on the new lease's
+// channel too.
 func (d *Driver) hold(epoch int64) {
 	for {
 		old := d.held.Load()
@@ -64,9 +69,29 @@ func (d *Driver) hold(epoch int64) {
 			}
 		}
 		if d.held.CompareAndSwap(old, &m) {
-			return
+			break
 		}
 	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	for w := range d.watchers {
+		w.stop()
+	}
+}
+
+// heldEpochs are the epochs of the leases acquired through this driver.
+func (d *Driver) heldEpochs() []int64 { return heldEpochs(d.held.Load()) }
+
+func heldEpochs(m *map[int64]bool) []int64 {
+	if m == nil {
+		return nil
+	}
+	out := make([]int64, 0, len(*m))
+	for e := range *m {
+		out = append(out, e)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // wants reports whether a watch of this driver delivers a notice addressed
@@ -219,10 +244,25 @@ func payloads(n driver.Notice) ([]string, error) {
 	return out, nil
 }
 
-// Notify implements driver.Leaser: pg_notify on the schema's channel, which
-// every driver watching the same schema of the same database LISTENs to. A
-// notice too long for one NOTIFY goes as several, its Settled list split
-// among them, in one statement.
+// Notices travel on channels (LISTEN/NOTIFY). Each goes on the schema's
+// channel, where watchers that acquired no lease listen (an operator's
+// tool: they see every notice), and on the channels of the leases it is
+// for: Owner's, or, for every host (Owner 0), each live lease's but those
+// acquired through the sending driver (its host never acts on its own
+// notice). A watch of a driver through which leases were acquired listens
+// on their channels alone. So a notice wakes only the hosts it is for: a
+// driver woken for a notice it would drop spends about as much as for one
+// it delivers (docs/benchmark-notes.md), and with one channel for all
+// each of n hosts' drivers was woken by every host's notices.
+
+// epochChannel is the notice channel of the lease epoch.
+func (d *Driver) epochChannel(epoch int64) string {
+	return d.sql.epochChannel + strconv.FormatInt(epoch, 10)
+}
+
+// Notify implements driver.Leaser: pg_notify on the channels above, in one
+// statement. A notice too long for one NOTIFY goes as several, its Settled
+// list split among them.
 func (d *Driver) Notify(ctx context.Context, n driver.Notice) error {
 	if n.ThreadID == "" {
 		return fmt.Errorf("%w: a notice without a thread id", driver.ErrInvalidArgument)
@@ -231,8 +271,12 @@ func (d *Driver) Notify(ctx context.Context, n driver.Notice) error {
 	if err != nil {
 		return err
 	}
+	own := d.heldEpochs()
+	if own == nil {
+		own = []int64{}
+	}
 	return d.read(ctx, func(ctx context.Context) error {
-		_, err := d.pool.Exec(ctx, d.sql.notify, d.sql.channel, ps)
+		_, err := d.pool.Exec(ctx, d.sql.notify, d.sql.channel, ps, d.sql.epochChannel, n.Owner, own)
 		return err
 	})
 }
@@ -248,11 +292,13 @@ func (w *watcher) stop() { w.cancel() }
 // Watch implements driver.Leaser. It returns once its connection LISTENs,
 // so every notice sent afterwards reaches it. The channel is closed when
 // ctx ends, the driver closes, or the connection fails (reconnecting is
-// the caller's: watch again, and poll for what was missed). A watcher that
-// does not keep up loses notices: they are hints. Once a lease was acquired
-// through this driver, notices addressed to other epochs are left out
-// (driver.Leaser.Watch): every host has a driver of its own, and the host
-// would drop them.
+// the caller's: watch again, and poll for what was missed), and when a
+// lease is acquired through the driver (the watch then listens on its
+// channel too). A watcher that does not keep up loses notices: they are
+// hints. Once a lease was acquired through this driver, it listens only on
+// the channels of the leases acquired through it (see Notify), and leaves
+// out notices addressed to other epochs (driver.Leaser.Watch): every host
+// has a driver of its own, and the host would drop them.
 func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 	pc, err := d.cfg.poolConfig()
 	if err != nil {
@@ -262,14 +308,24 @@ func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 		return nil, err
 	}
 	var conn *pgx.Conn
+	held := d.held.Load() // the leases whose channels it listens on
 	err = d.retry(ctx, transient, func(ctx context.Context) error {
 		c, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
 		if err != nil {
 			return err
 		}
-		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{d.sql.channel}.Sanitize()); err != nil {
-			c.Close(context.Background())
-			return err
+		listen := []string{d.sql.channel}
+		if own := heldEpochs(held); own != nil {
+			listen = listen[:0]
+			for _, e := range own {
+				listen = append(listen, d.epochChannel(e))
+			}
+		}
+		for _, ch := range listen {
+			if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+				c.Close(context.Background())
+				return err
+			}
 		}
 		conn = c
 		return nil
@@ -284,23 +340,28 @@ func (d *Driver) Watch(ctx context.Context) (<-chan driver.Notice, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &watcher{cancel: cancel, done: make(chan struct{})}
 	ch := make(chan driver.Notice, 1024)
-	d.mu.Lock()
+	d.mu.RLock() // Close takes it exclusively
 	if d.closed {
-		d.mu.Unlock()
+		d.mu.RUnlock()
 		cancel()
 		conn.Close(context.Background())
 		return nil, driver.ErrClosed
 	}
+	d.wmu.Lock()
 	d.watchers[w] = struct{}{}
-	d.mu.Unlock()
+	if d.held.Load() != held {
+		w.stop() // a lease acquired meanwhile (hold): watch again
+	}
+	d.wmu.Unlock()
+	d.mu.RUnlock()
 	go func() {
 		defer close(w.done)
 		defer close(ch)
 		defer conn.Close(context.Background())
 		defer func() {
-			d.mu.Lock()
+			d.wmu.Lock()
 			delete(d.watchers, w) // nil map after Close: a no-op
-			d.mu.Unlock()
+			d.wmu.Unlock()
 		}()
 		for {
 			nt, err := conn.WaitForNotification(wctx)
