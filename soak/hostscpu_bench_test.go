@@ -1,9 +1,12 @@
 package soak_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agenthost/agenthost/internal/pgtest"
 	"github.com/agenthost/agenthost/internal/proccpu"
@@ -23,6 +28,7 @@ var (
 	hostsCPUPairs   = flag.Int("hostscpu.pairs", 3, "BenchmarkHostsCPU: rounds of each deployment per client count (one pair each)")
 	hostsCPUDelay   = flag.Duration("hostscpu.delay", 1300*time.Millisecond, "BenchmarkHostsCPU: the scripted model's delay per run")
 	hostsCPUProfile = flag.String("hostscpu.profile", "", "BenchmarkHostsCPU: write a CPU profile of one host of the three to this file (AGENTHOST_CPU_PROFILE), from its start to the end")
+	hostsCPUNotices = flag.Int("hostscpu.notices", 0, "BenchmarkHostsCPU: before the rounds, send this many copies of a notice the three hosts sent each other to every host, and as many addressed to no live host, and log each process's CPU per notice")
 )
 
 // BenchmarkHostsCPU: CPU seconds per run of three `agenthost serve`
@@ -37,6 +43,9 @@ var (
 // (one, three, three, one, ...), -hostscpu.pairs rounds each per client
 // count, b.N runs a round; the ratio is the median of the pairs' ratios.
 // Both deployments stay up the whole time (the one not measured idles).
+// Each round's log gives every process's CPU per run and the notices the
+// hosts sent and took in per run; -hostscpu.notices measures what one
+// notice costs each process (noticeCosts).
 //
 // It takes minutes: `make bench-hosts` runs it (HOSTS_RUNS sets b.N).
 func BenchmarkHostsCPU(b *testing.B) {
@@ -51,12 +60,14 @@ func BenchmarkHostsCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	type deployment struct {
-		srvs []*soak.Server
-		c    *soak.Client
+		srvs  []*soak.Server
+		bases []string
+		url   string
+		c     *soak.Client
 	}
 	start := func(b *testing.B, name string, hosts int) deployment {
 		url := pgtest.URL(b)
-		var d deployment
+		d := deployment{url: url}
 		var bases []string
 		for i := range hosts {
 			addr, err := soak.FreeAddr()
@@ -86,13 +97,14 @@ func BenchmarkHostsCPU(b *testing.B) {
 			d.srvs = append(d.srvs, srv)
 			bases = append(bases, "http://"+addr)
 		}
+		d.bases = bases
 		d.c = soak.NewClient(bases[0])
 		d.c.More = bases[1:]
 		return d
 	}
-	// cpu is the CPU time the deployment's serve processes and their
-	// drivers used so far.
-	cpu := func(b *testing.B, d deployment) (hosts, drivers time.Duration) {
+	// each is the CPU time each serve process and each driver of the
+	// deployment used so far.
+	each := func(b *testing.B, d deployment) (hosts, drivers []time.Duration) {
 		for _, s := range d.srvs {
 			dp, err := s.DriverPid()
 			if err != nil {
@@ -106,9 +118,34 @@ func BenchmarkHostsCPU(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			hosts, drivers = hosts+h, drivers+dr
+			hosts, drivers = append(hosts, h), append(drivers, dr)
 		}
 		return hosts, drivers
+	}
+	// cpu is the CPU time the deployment's serve processes and their
+	// drivers used so far.
+	cpu := func(b *testing.B, d deployment) (hosts, drivers time.Duration) {
+		hs, ds := each(b, d)
+		for i := range hs {
+			hosts, drivers = hosts+hs[i], drivers+ds[i]
+		}
+		return hosts, drivers
+	}
+	// notices is what the deployment's hosts sent and took in of notices
+	// so far (their /metrics).
+	notices := func(b *testing.B, d deployment) (sent, received float64) {
+		for _, base := range d.bases {
+			s, err := hostMetric(ctx, base, "agenthost_notices_sent_total")
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := hostMetric(ctx, base, "agenthost_notices_received_total")
+			if err != nil {
+				b.Fatal(err)
+			}
+			sent, received = sent+s, received+r
+		}
+		return sent, received
 	}
 	one, three := start(b, "one", 1), start(b, "three", 3)
 	// What each deployment costs with no load at all (lease renewals, the
@@ -119,6 +156,13 @@ func BenchmarkHostsCPU(b *testing.B) {
 	jh1, jd1 := cpu(b, one)
 	jh3, jd3 := cpu(b, three)
 	b.Logf("idle, per second: one host %v (driver %v), three hosts %v (drivers %v)", (jh1-ih1)/10, (jd1-id1)/10, (jh3-ih3)/10, (jd3-id3)/10)
+	if *hostsCPUNotices > 0 {
+		noticeCosts(b, ctx, three.url, *hostsCPUNotices, func() (hosts, drivers []time.Duration) { return each(b, three) },
+			func() error {
+				_, err := soak.ClosedLoop{Clients: 40, Runs: 120, PerThread: 50, Prefix: "notices"}.Run(ctx, three.c)
+				return err
+			})
+	}
 	for _, cs := range strings.Split(*hostsCPUClients, ",") {
 		clients, err := strconv.Atoi(strings.TrimSpace(cs))
 		if err != nil || clients <= 0 {
@@ -134,15 +178,25 @@ func BenchmarkHostsCPU(b *testing.B) {
 			k := 0
 			round := func(d deployment, n int) (perRun time.Duration, st soak.LoopStats) {
 				k++
-				h0, d0 := cpu(b, d)
+				hs0, ds0 := each(b, d)
+				s0, r0 := notices(b, d)
 				st, err := soak.ClosedLoop{Clients: clients, Runs: n, PerThread: 50, Prefix: fmt.Sprintf("c%d-n%d-%d", clients, b.N, k)}.Run(ctx, d.c)
 				if err != nil {
 					b.Fatal(err)
 				}
-				h1, d1 := cpu(b, d)
+				hs1, ds1 := each(b, d)
+				s1, r1 := notices(b, d)
 				runs := time.Duration(st.Runs)
-				b.Logf("%d host(s): %d runs, CPU per run %v in the hosts, %v in their drivers; %s", len(d.srvs), st.Runs, (h1-h0)/runs, (d1-d0)/runs, st)
-				return (h1 - h0 + d1 - d0) / runs, st
+				var hosts, drivers time.Duration
+				var per []string
+				for i := range hs1 {
+					h, dr := hs1[i]-hs0[i], ds1[i]-ds0[i]
+					hosts, drivers = hosts+h, drivers+dr
+					per = append(per, fmt.Sprintf("%v+%v", h/runs, dr/runs))
+				}
+				b.Logf("%d host(s): %d runs, CPU per run %v in the hosts, %v in their drivers (each host+driver: %s); notices per run: %.2f sent, %.2f taken in by hosts; %s",
+					len(d.srvs), st.Runs, hosts/runs, drivers/runs, strings.Join(per, " "), (s1-s0)/float64(st.Runs), (r1-r0)/float64(st.Runs), st)
+				return (hosts + drivers) / runs, st
 			}
 			// A round of each first, not counted: connections, caches.
 			round(one, clients)
@@ -173,6 +227,126 @@ func BenchmarkHostsCPU(b *testing.B) {
 			b.ReportMetric(float64(pct(threeLat, 50).Microseconds())/1000, "p50-ms-3hosts")
 		})
 	}
+}
+
+// noticeCosts measures what a notice costs each process of the
+// three-host deployment on the database at url: it listens on the
+// notices' channel while load runs, keeps a notice that told every host
+// runs settled (the largest kind, with records), then sends n copies of it
+// to every host (as from a host outside the three), and n addressed to an
+// epoch no host holds, at 100 a second, and logs each process's CPU per
+// notice, less what the same seconds cost idle (each read from procs).
+func noticeCosts(b *testing.B, ctx context.Context, url string, n int, procs func() (hosts, drivers []time.Duration), load func() error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	const channel = "agenthost_notices" // pgstore's default schema's
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- load() }()
+	var sample map[string]any
+	for sample == nil {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		nt, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			b.Fatalf("no settled notice with records came: %v", err)
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(nt.Payload), &m) == nil && m["settled"] != nil && m["runs"] != nil && m["header"] != nil {
+			sample = m
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	delete(sample, "owner")
+	toAll, err := json.Marshal(sample)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sample["owner"] = int64(1) << 50
+	toNone, err := json.Marshal(sample)
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the load's tail
+	// As pgstore sends them: on the schema's channel, and on the channel
+	// of each lease the notice is for (every live lease, or the one it is
+	// addressed to).
+	var epochs []int64
+	rows, err := conn.Query(ctx, "SELECT epoch FROM agenthost.leases WHERE expires_at > clock_timestamp()")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var e int64
+		if err := rows.Scan(&e); err != nil {
+			b.Fatal(err)
+		}
+		epochs = append(epochs, e)
+	}
+	if rows.Err() != nil {
+		b.Fatal(rows.Err())
+	}
+	measure := func(what string, payload []byte, to []int64) {
+		chans := []string{channel}
+		for _, e := range to {
+			chans = append(chans, fmt.Sprintf("agenthost_n%d", e))
+		}
+		h0, d0 := procs()
+		start := time.Now()
+		for i := range n {
+			if _, err := conn.Exec(ctx, "SELECT pg_notify(c, $2) FROM unnest($1::text[]) AS c", chans, string(payload)); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(time.Until(start.Add(time.Duration(i+1) * 10 * time.Millisecond)))
+		}
+		time.Sleep(time.Second)
+		took := time.Since(start)
+		h1, d1 := procs()
+		time.Sleep(took) // as long again, idle
+		h2, d2 := procs()
+		var per []string
+		for i := range h0 {
+			h := (h1[i] - h0[i]) - (h2[i] - h1[i])
+			d := (d1[i] - d0[i]) - (d2[i] - d1[i])
+			per = append(per, fmt.Sprintf("%v+%v", h/time.Duration(n), d/time.Duration(n)))
+		}
+		b.Logf("a notice %s (%d bytes), CPU per notice, less idle (each host+driver): %s", what, len(payload), strings.Join(per, " "))
+	}
+	measure("to every host", toAll, epochs)
+	measure("to an epoch no host holds", toNone, []int64{1 << 50})
+}
+
+// hostMetric reads one counter from a host's /metrics.
+func hostMetric(ctx context.Context, base, name string) (float64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, "GET", base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no metric %s at %s", name, base)
 }
 
 // stopGently stops the server with SIGTERM and waits for it to exit (so
