@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,8 +51,8 @@ type SharedSummary struct {
 	// Recovered counts runs that ended at attempt 2 or later.
 	Recovered int
 	// Restarted counts the runs the restarted victim completed under its
-	// new lease, and RestartedThreads the threads that lease owns at the
-	// end (SharedOptions.Restart).
+	// new lease (or a later one, had it lost that), and RestartedThreads
+	// the threads those leases own at the end (SharedOptions.Restart).
 	Restarted, RestartedThreads int
 	// Samples counts the readings of the active runs during the load.
 	Samples  int
@@ -185,12 +187,27 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		o.Accepted = max(o.Accepted, load.Accepted()+o.Accepted/3)
 		restartLoad = time.Now().Add(max(5*time.Second, 2*o.LeaseTTL))
 	}
+	// The leases host0 holds from its restart on: under load a restarted
+	// host may lose its lease (a renewal late past the TTL) and take a new
+	// one, and what it runs under that one counts as much.
+	host0Epochs := map[int64]bool{}
+	noteHost0 := func() {
+		if restartEpoch == 0 {
+			return
+		}
+		host0Epochs[restartEpoch] = true
+		if e, err := leaseOf(ctx, o.Store, "host0"); err == nil {
+			host0Epochs[e] = true
+		}
+	}
 	for phaseErr == nil && (load.Accepted() < o.Accepted || time.Now().Before(restartLoad)) {
+		noteHost0()
 		if time.Now().After(deadline) {
 			phaseErr = fmt.Errorf("targets not met in %s: %d/%d accepted", o.MaxDuration, load.Accepted(), o.Accepted)
 		}
 		sleep(ctx, 50*time.Millisecond)
 	}
+	noteHost0()
 	load.Stop()
 	wg.Wait()
 	scancel()
@@ -230,18 +247,22 @@ func RunShared(ctx context.Context, o SharedOptions) (sum *SharedSummary, err er
 		sum.Problems = append(sum.Problems, fmt.Sprintf("none of the victim's %d threads moved to another host", len(owned)))
 	}
 	if restartEpoch != 0 {
-		sum.RestartedThreads = len(ownedBy(ctx, o.Store, load.Threads(), restartEpoch))
+		owners := map[string]bool{}
+		for e := range host0Epochs {
+			sum.RestartedThreads += len(ownedBy(ctx, o.Store, load.Threads(), e))
+			owners[fmt.Sprintf("lease-%d", e)] = true
+		}
 		for r, err := range listAll(ctx, o.Store, record.StateCompleted) {
 			if err != nil {
 				sum.Problems = append(sum.Problems, err.Error())
 				break
 			}
-			if r.Owner == fmt.Sprintf("lease-%d", restartEpoch) {
+			if owners[r.Owner] {
 				sum.Restarted++
 			}
 		}
 		if sum.Restarted == 0 {
-			sum.Problems = append(sum.Problems, fmt.Sprintf("host0, restarted with lease %d, completed no run: it got no thread", restartEpoch))
+			sum.Problems = append(sum.Problems, fmt.Sprintf("host0, restarted with lease %d (leases %v after it), completed no run: it got no thread", restartEpoch, slices.Sorted(maps.Keys(host0Epochs))))
 		}
 	}
 	for r, err := range listAll(ctx, o.Store, record.StateActive) {
