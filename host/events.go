@@ -69,9 +69,12 @@ type settledRun struct {
 const deltaGrace = 30 * time.Second
 
 type runEvents struct {
-	events  []Event       // in Seq order, with gaps where deltas were dropped
-	seq     int64         // the last Seq given
-	changed chan struct{} // closed and replaced on every new event
+	events []Event // in Seq order, with gaps where deltas were dropped
+	seq    int64   // the last Seq given
+	// changed is closed on the next event. It is made only when since
+	// hands it out: an event that no one waits for (most of a run's, a
+	// step_committed among them) costs no channel.
+	changed chan struct{}
 }
 
 func newEventLog(keep int) *eventLog {
@@ -81,7 +84,7 @@ func newEventLog(keep int) *eventLog {
 func (l *eventLog) get(runID string) *runEvents {
 	re := l.runs[runID]
 	if re == nil {
-		re = &runEvents{changed: make(chan struct{})}
+		re = &runEvents{}
 		l.runs[runID] = re
 	}
 	return re
@@ -99,8 +102,10 @@ func (l *eventLog) emit(now time.Time, runID, threadID string, typ EventType, da
 	re := l.get(runID)
 	re.seq++
 	re.events = append(re.events, Event{Seq: re.seq, RunID: runID, ThreadID: threadID, Type: typ, Time: now, Data: data})
-	close(re.changed)
-	re.changed = make(chan struct{})
+	if re.changed != nil {
+		close(re.changed)
+		re.changed = nil
+	}
 	if typ == EventTerminal || typ == EventAbsorbed {
 		l.compact = append(l.compact, settledRun{runID, now})
 		l.settled = append(l.settled, runID)
@@ -119,6 +124,9 @@ func (l *eventLog) since(runID string, seq int64) ([]Event, <-chan struct{}) {
 	re := l.get(runID)
 	if seq < 0 {
 		seq = 0
+	}
+	if re.changed == nil {
+		re.changed = make(chan struct{})
 	}
 	i := sort.Search(len(re.events), func(i int) bool { return re.events[i].Seq > seq })
 	if i == len(re.events) {
