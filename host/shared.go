@@ -302,16 +302,23 @@ func (rt *Runtime) handBack(threadID string) {
 		return
 	}
 	if !g.answered.Load() {
-		// Until the driver's first answer, one at a time: a driver that
-		// refuses is asked once.
-		g.mu.Lock()
+		// Until the driver has taken or refused a give-up, one asks at a
+		// time and the others skip (handing back is best effort: the
+		// thread stays here until its next idle moment): a driver that
+		// refuses is asked once, and no worker waits on another's call.
+		if !g.mu.TryLock() {
+			return
+		}
 		defer g.mu.Unlock()
 		if g.refused.Load() {
 			return
 		}
 	}
 	ok, err := rt.st.GiveUp(rt.baseCtx, threadID, me)
-	if err == nil || errors.Is(err, driver.ErrInvalidArgument) {
+	if ok || errors.Is(err, driver.ErrInvalidArgument) {
+		// Only a committed give-up or a refusal is the driver's answer: a
+		// give-up skipped (the thread busy or no longer ours), conflicting
+		// or failing says nothing of whether it takes owner 0.
 		g.answered.Store(true)
 	}
 	switch {
