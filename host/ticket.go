@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -52,7 +53,17 @@ func (t *Ticket) Wait(ctx context.Context) (Result, error) {
 // or it admitted the run or heard it announced) reads the store only at
 // the host's poll interval, in case the telling was lost; another reads it
 // every second (ADR 0154).
+//
+// A wait still going when Close has let the runs in flight finish (or
+// abandoned them) ends with ErrClosed: nothing this host executes will
+// settle the run any more.
 func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
+	if rt.baseCtx.Err() != nil {
+		return Result{}, ErrClosed
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(rt.baseCtx, func() { stop(ErrClosed) })()
 	asked, told := rt.lease.alone(), false
 	read := func(ctx context.Context, id string) (Result, error) {
 		res, run, err := rt.st.ResultRun(ctx, id)
@@ -69,6 +80,9 @@ func (rt *Runtime) Wait(ctx context.Context, runID string) (Result, error) {
 		return pollInterval
 	}
 	res, err := rt.tickets.wait(ctx, runID, read, every)
+	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return res, ErrClosed
+	}
 	return res, speak(err)
 }
 

@@ -439,11 +439,11 @@ func (h *Handler) waitParam(r *http.Request) (wait time.Duration, set bool, err 
 	if r.URL.RawQuery == "" {
 		return 0, false, nil // no query to parse
 	}
-	s := r.URL.Query().Get("wait")
-	if s == "" {
+	q := r.URL.Query()
+	if !q.Has("wait") {
 		return 0, false, nil
 	}
-	d, perr := time.ParseDuration(s)
+	d, perr := time.ParseDuration(q.Get("wait")) // "" is an error too
 	if perr != nil || d < 0 {
 		return 0, false, fmt.Errorf("%w: wait must be a duration such as 30s", host.ErrInvalid)
 	}
@@ -491,7 +491,10 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := h.rt.Wait(ctx, tk.RunID)
 	if err != nil || !res.Settled {
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		// Out of time, or the runtime closing (the run then settles
+		// after a restart, or on another host): the admission says all.
+		quiet := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, host.ErrClosed)
+		if err != nil && !quiet && r.Context().Err() == nil {
 			h.log.Warn("waiting for a submitted input's run failed; answering with the admission", "run", tk.RunID, "thread", thread, "err", err)
 		}
 		writeJSON(w, http.StatusAccepted, adm)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -533,7 +534,7 @@ func TestSubmitWait(t *testing.T) {
 	resp, b = s.do(t, "POST", "/v1/threads/T/inputs?wait=30s", `{"content":"other"}`, "Idempotency-Key", "key-1")
 	wantProblem(t, resp, b, 422, "key_reused")
 	// A bad wait is refused before anything is admitted.
-	for _, q := range []string{"wait=soon", "wait=-1s", "wait=5"} {
+	for _, q := range []string{"wait=soon", "wait=-1s", "wait=5", "wait="} {
 		resp, b = s.do(t, "POST", "/v1/threads/U/inputs?"+q, `{"content":"x"}`, "Idempotency-Key", "key-u")
 		wantProblem(t, resp, b, 400, "bad_request")
 	}
@@ -541,6 +542,59 @@ func TestSubmitWait(t *testing.T) {
 	wantProblem(t, resp, b, 404, "not_found")
 	// A bad body is refused as without wait.
 	resp, b = s.do(t, "POST", "/v1/threads/U/inputs?wait=30s", `{"content":""}`)
+	wantProblem(t, resp, b, 400, "bad_request")
+}
+
+// TestWaitEndsAtClose: a submission or a result request waiting for a run
+// that the runtime's close abandons is answered at the close, not when its
+// wait runs out: the submission with its admission (202), the result
+// request with 503.
+func TestWaitEndsAtClose(t *testing.T) {
+	s := newServer(t, true, httpapi.Options{})
+	type answer struct {
+		status int
+		body   []byte
+	}
+	submitted, resulted := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		resp, body := s.do(t, "POST", "/v1/threads/T/inputs?wait=5m", `{"content":"held"}`, "Idempotency-Key", "k")
+		submitted <- answer{resp.StatusCode, body}
+	}()
+	<-s.entered // the run is executing, held by the model
+	_, page := s.do(t, "GET", "/v1/threads/T/runs", "")
+	runs := decode[httpapi.RunPage](t, page)
+	if len(runs.Runs) != 1 {
+		t.Fatalf("runs of T: %+v", runs)
+	}
+	go func() {
+		resp, body := s.do(t, "GET", "/v1/runs/"+runs.Runs[0].ID+"/result?wait=5m", "")
+		resulted <- answer{resp.StatusCode, body}
+	}()
+	time.Sleep(50 * time.Millisecond) // let the result request start waiting
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.rt.Close(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close: %v", err)
+	}
+	// Far short of the five minutes asked for, far past a close.
+	limit := time.After(time.Minute)
+	select {
+	case a := <-submitted:
+		if adm := decode[httpapi.Admission](t, a.body); a.status != 202 || adm.RunID != runs.Runs[0].ID {
+			t.Fatalf("submission waiting at close: %d %s", a.status, a.body)
+		}
+	case <-limit:
+		t.Fatal("the submission's wait outlived the runtime's close")
+	}
+	select {
+	case a := <-resulted:
+		if a.status != 503 {
+			t.Fatalf("result request waiting at close: %d %s", a.status, a.body)
+		}
+	case <-limit:
+		t.Fatal("the result request's wait outlived the runtime's close")
+	}
+	resp, b := s.do(t, "GET", "/v1/runs/"+runs.Runs[0].ID+"/result?wait=", "")
 	wantProblem(t, resp, b, 400, "bad_request")
 }
 
