@@ -27,7 +27,7 @@ const formatVersion = 2
 var formatKey = []byte{tFormat}
 
 // migrateBatch bounds the keys one transaction of a migration deletes.
-const migrateBatch = 10_000
+var migrateBatch = 10_000 // a variable for the tests
 
 // checkFormat reads the format of db, brings it to formatVersion, and
 // writes the format key. A new database gets the key at once. The caller
@@ -105,14 +105,17 @@ func isEmpty(db *badger.DB) (bool, error) {
 // and returns how many it deleted. In format 2 the last seq of a run's
 // step log is read from the log itself (lastStepSeq), which format 1
 // always wrote with the same transaction as the key, so the two agree.
+// Each batch's scan starts past the last key the one before deleted, so
+// that it does not walk the earlier batches' deletions again.
 func dropStepLastKeys(db *badger.DB) (int, error) {
 	total := 0
+	from := []byte{tStepLast}
 	for {
 		var keys [][]byte
 		err := db.View(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{tStepLast}})
 			defer it.Close()
-			for it.Rewind(); it.Valid() && len(keys) < migrateBatch; it.Next() {
+			for it.Seek(from); it.Valid() && len(keys) < migrateBatch; it.Next() {
 				keys = append(keys, it.Item().KeyCopy(nil))
 			}
 			return nil
@@ -132,5 +135,6 @@ func dropStepLastKeys(db *badger.DB) (int, error) {
 			return total, err
 		}
 		total += len(keys)
+		from = append(keys[len(keys)-1], 0) // the next key after it
 	}
 }

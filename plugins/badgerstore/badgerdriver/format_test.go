@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -317,5 +318,56 @@ func TestStepHeadsFromCommits(t *testing.T) {
 	steps, err := d.ReadSteps(ctx, "r1", 0, 10)
 	if err != nil || len(steps) != 4 || steps[3].ID != "r1-a2-s4-p" {
 		t.Fatalf("r1's steps: %+v, %v", steps, err)
+	}
+}
+
+// TestDropStepLastKeysInBatches: the migration deletes every last-seq key
+// over several batches, each scan starting past the last, and no other key.
+func TestDropStepLastKeysInBatches(t *testing.T) {
+	defer func(n int) { migrateBatch = n }(migrateBatch)
+	migrateBatch = 3
+	dir := t.TempDir()
+	rawDB(t, dir, func(txn *badger.Txn) error {
+		for i := range 10 {
+			if err := txn.Set(simpleKey(tStepLast, fmt.Sprintf("r%02d", i)), binary.BigEndian.AppendUint64(nil, 1)); err != nil {
+				return err
+			}
+		}
+		// Neighbours on either side of the prefix stay.
+		if err := txn.Set([]byte{tStepLast - 1, 'x'}, []byte("keep")); err != nil {
+			return err
+		}
+		return txn.Set([]byte{tStepLast + 1, 'x'}, []byte("keep"))
+	})
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := dropStepLastKeys(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 10 {
+		t.Fatalf("deleted %d last-seq keys, want 10", n)
+	}
+	left := 0
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if k := it.Item().Key(); k[0] == tStepLast {
+				t.Errorf("last-seq key %q left", k)
+			}
+			left++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left != 2 {
+		t.Fatalf("%d keys left, want the 2 neighbours", left)
 	}
 }
