@@ -316,6 +316,11 @@ func (m *Module) get(ctx context.Context) (*instance, error) {
 	if inst != nil || err != nil {
 		return inst, err
 	}
+	if m.closed.Load() {
+		// Handed a slot while Close ran: its compiled code may be gone.
+		m.pool.give(nil)
+		return nil, ErrClosed
+	}
 	inst, err = m.newInstance(ctx)
 	if err != nil {
 		m.pool.give(nil)
