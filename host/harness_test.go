@@ -57,6 +57,9 @@ type harness struct {
 	d    driver.Driver
 	rt   *host.Runtime
 	gate chan struct{}
+	// entered has a value once a model step waits at the gate: past the
+	// step's prepareStep hooks, and so past its boundary's takes.
+	entered chan struct{}
 }
 
 func newHarness(t *testing.T, d driver.Driver, pol policy.Policy, script model.Script) *harness {
@@ -65,8 +68,12 @@ func newHarness(t *testing.T, d driver.Driver, pol policy.Policy, script model.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, d: d, gate: make(chan struct{})}
+	h := &harness{t: t, d: d, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	m.Sleep = func(ctx context.Context, _ time.Duration) error {
+		select {
+		case h.entered <- struct{}{}:
+		default:
+		}
 		select {
 		case <-h.gate:
 			return nil
@@ -105,6 +112,19 @@ func (h *harness) release() {
 	case h.gate <- struct{}{}:
 	case <-time.After(timeout):
 		h.t.Fatal("no model step was waiting to be released")
+	}
+}
+
+// inFirstModelStep waits until the harness's first model step waits at
+// the gate. A step_started event comes before the step's boundary takes
+// offered inputs: an input submitted after the event alone may still be
+// taken at that boundary, not the next.
+func (h *harness) inFirstModelStep() {
+	h.t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(timeout):
+		h.t.Fatal("no model step began")
 	}
 }
 

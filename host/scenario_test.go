@@ -32,7 +32,7 @@ func forEachDriver(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
 func startS1(h *harness) (tA, tB *host.Ticket) {
 	h.needSteps()
 	tA = h.submit("T", "summarise this thread", "ka", "")
-	h.waitEvent(tA.RunID, host.EventStepStarted, "step", "0")
+	h.inFirstModelStep() // step 0's boundary has passed
 	tB = h.submit("T", "actually, in bullet points", "kb", "inject")
 	h.release() // step 0 calls the tool; at the boundary A takes b
 	h.waitEvent(tA.RunID, host.EventInputTaken, "input_message_id", tB.InputMessageID)
@@ -152,7 +152,7 @@ func TestS5CoalescedBeforeLastBoundary(t *testing.T) {
 		h := newHarness(t, d, hintPolicy{}, twoSteps)
 		h.needSteps()
 		tA := h.submit("T", "a", "", "")
-		h.waitEvent(tA.RunID, host.EventStepStarted, "step", "0")
+		h.inFirstModelStep() // step 0's boundary has passed
 		tB := h.submit("T", "b", "kb", "inject")
 		tC := h.submit("T", "c", "kc", "inject+coalesce")
 		if tC.RunID != tB.RunID {
