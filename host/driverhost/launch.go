@@ -96,7 +96,6 @@ type Driver struct {
 	lost     chan struct{} // closed when a driver that is not durable ended
 	lostOnce sync.Once
 	stalls   atomic.Int64
-	watch    *watchdog // ends calls that pass CallTimeout
 
 	beatCtx  context.Context // canceled by Close: ends the heartbeat
 	stopBeat context.CancelFunc
@@ -196,12 +195,11 @@ func Launch(ctx context.Context, cfg Config) (*Driver, error) {
 	default:
 		return nil, fmt.Errorf("%w: driver transport %q: want %q, or empty for the direct transport when the driver offers it", driver.ErrInvalidArgument, cfg.Transport, TransportGRPC)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path), lost: make(chan struct{}), watch: newWatchdog(cfg.CallTimeout)}
+	d := &Driver{cfg: cfg, log: cfg.Logger.With("driver", cfg.Path), lost: make(chan struct{})}
 	d.beatCtx, d.stopBeat = context.WithCancel(context.Background())
 	in, err := d.start(ctx)
 	if err != nil {
 		d.stopBeat()
-		d.watch.stop()
 		return nil, err
 	}
 	d.cur = in
@@ -608,22 +606,19 @@ func (d *Driver) ListRuns(ctx context.Context, state record.RunState, after stri
 }
 
 // call runs f on the running instance, restarting the process if it died,
-// with a deadline of CallTimeout, which the Driver's watchdog enforces
-// (watchdog.go): a call that passes it while ctx is live finds the driver
-// stalled (see stalled), and fails with driver.ErrUnavailable.
+// with a deadline of CallTimeout: a call that passes it while ctx is live
+// finds the driver stalled (see stalled), and fails with
+// driver.ErrUnavailable.
 func call[T any](ctx context.Context, d *Driver, op string, f func(context.Context, *driverrpc.Client) (T, error)) (T, error) {
 	in, err := d.get(ctx)
 	if err != nil {
 		var zero T
 		return zero, err
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	w := d.watch.begin(cancel)
-	v, err := f(&callCtx{Context: cctx, deadline: w.deadline}, in.c)
-	d.watch.end(w)
-	stalled := err != nil && ctx.Err() == nil && context.Cause(cctx) == errStalled
-	cancel(nil)
-	if stalled {
+	cctx, cancel := context.WithTimeoutCause(ctx, d.cfg.CallTimeout, errStalled)
+	defer cancel()
+	v, err := f(cctx, in.c)
+	if err != nil && ctx.Err() == nil && context.Cause(cctx) == errStalled {
 		d.stalled(in, op)
 		var zero T
 		return zero, fmt.Errorf("%w: driver %s did not answer %s within %v (%v); it is being relaunched",
@@ -643,7 +638,6 @@ func (d *Driver) Close(ctx context.Context) error {
 		return nil
 	}
 	d.closed = true
-	defer d.watch.stop()
 	in := d.cur
 	d.cur = nil
 	if in == nil {
