@@ -1,12 +1,10 @@
 package soak_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,11 +133,11 @@ func BenchmarkHostsCPU(b *testing.B) {
 	// so far (their /metrics).
 	notices := func(b *testing.B, d deployment) (sent, received float64) {
 		for _, base := range d.bases {
-			s, err := hostMetric(ctx, base, "agenthost_notices_sent_total")
+			s, err := soak.Metric(ctx, base, "agenthost_notices_sent_total")
 			if err != nil {
 				b.Fatal(err)
 			}
-			r, err := hostMetric(ctx, base, "agenthost_notices_received_total")
+			r, err := soak.Metric(ctx, base, "agenthost_notices_received_total")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -321,32 +319,6 @@ func noticeCosts(b *testing.B, ctx context.Context, url string, n int, procs fun
 	}
 	measure("to every host", toAll, epochs)
 	measure("to an epoch no host holds", toNone, []int64{1 << 50})
-}
-
-// hostMetric reads one counter from a host's /metrics.
-func hostMetric(ctx context.Context, base, name string) (float64, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, "GET", base+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("no metric %s at %s", name, base)
 }
 
 // stopGently stops the server with SIGTERM and waits for it to exit (so

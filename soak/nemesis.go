@@ -455,10 +455,14 @@ func metric(ctx context.Context, base, name string) (float64, error) {
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20) // a histogram's labels can make long lines
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
 	}
 	return 0, fmt.Errorf("no metric %s at %s", name, base)
 }
