@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/agenthost/agenthost/abi/driver"
 	"github.com/agenthost/agenthost/abi/storepb"
@@ -43,41 +44,33 @@ type EncodedCommitter interface {
 	CommitManyEncoded(ctx context.Context, bs []driver.Batch, enc []*Encoded) ([]int64, []error)
 }
 
-// commitManyWire is a CommitMany request with the bytes it was decoded
-// from. Through any codec but wireCodec it decodes as the request alone.
-type commitManyWire struct {
-	*storepb.CommitManyRequest
+// keptRequest is a request with the bytes it was decoded from, for the
+// methods whose request's bytes the server keeps (CommitMany, CommitSteps,
+// CommitStepsMany; keepingHandler). It is a proto.Message, req's: through
+// any codec but wireCodec it decodes as the request alone.
+type keptRequest[T proto.Message] struct {
+	req T
 	raw []byte
 }
 
-// commitStepsManyWire and commitStepsWire are a CommitStepsMany and a
-// CommitSteps request with the bytes they were decoded from, as
-// commitManyWire.
-type commitStepsManyWire struct {
-	*storepb.CommitStepsManyRequest
-	raw []byte
+func (k *keptRequest[T]) ProtoReflect() protoreflect.Message { return k.req.ProtoReflect() }
+
+// keep decodes data into the request and keeps data.
+func (k *keptRequest[T]) keep(data []byte) error {
+	k.raw = data
+	return proto.Unmarshal(data, k.req)
 }
 
-type commitStepsWire struct {
-	*storepb.CommitStepsRequest
-	raw []byte
-}
+// keeper is a keptRequest of any request type.
+type keeper interface{ keep(data []byte) error }
 
 // unmarshalKeeping decodes data into v, keeping data in v when v is a
-// request whose bytes the server keeps (commitManyWire,
-// commitStepsManyWire, commitStepsWire). data must not be reused then. ok is false for any
-// other v, which the caller decodes as usual.
+// request whose bytes the server keeps (a keptRequest). data must not be
+// reused then. ok is false for any other v, which the caller decodes as
+// usual.
 func unmarshalKeeping(data []byte, v any) (ok bool, err error) {
-	switch w := v.(type) {
-	case *commitManyWire:
-		w.raw = data
-		return true, proto.Unmarshal(data, w.CommitManyRequest)
-	case *commitStepsManyWire:
-		w.raw = data
-		return true, proto.Unmarshal(data, w.CommitStepsManyRequest)
-	case *commitStepsWire:
-		w.raw = data
-		return true, proto.Unmarshal(data, w.CommitStepsRequest)
+	if k, ok := v.(keeper); ok {
+		return true, k.keep(data)
 	}
 	return false, nil
 }
@@ -90,10 +83,8 @@ type wireCodec struct{ encoding.CodecV2 }
 func newWireCodec() wireCodec { return wireCodec{encoding.GetCodecV2("proto")} }
 
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	switch v.(type) {
-	case *commitManyWire, *commitStepsManyWire, *commitStepsWire:
-		_, err := unmarshalKeeping(data.Materialize(), v)
-		return err
+	if k, ok := v.(keeper); ok {
+		return k.keep(data.Materialize())
 	}
 	return c.CodecV2.Unmarshal(data, v)
 }
@@ -108,52 +99,42 @@ func storeServiceDesc() *grpc.ServiceDesc {
 	for i, m := range desc.Methods {
 		switch m.MethodName {
 		case "CommitMany":
-			desc.Methods[i].Handler = commitManyHandler
+			desc.Methods[i].Handler = keepingHandler(storepb.Store_CommitMany_FullMethodName, (*Server).commitMany)
 		case "CommitStepsMany":
-			desc.Methods[i].Handler = commitStepsManyHandler
+			desc.Methods[i].Handler = keepingHandler(storepb.Store_CommitStepsMany_FullMethodName, (*Server).commitStepsMany)
 		case "CommitSteps":
-			desc.Methods[i].Handler = commitStepsHandler
+			desc.Methods[i].Handler = keepingHandler(storepb.Store_CommitSteps_FullMethodName, (*Server).commitSteps)
 		}
 	}
 	return &desc
 }
 
-func commitStepsManyHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := &commitStepsManyWire{CommitStepsManyRequest: new(storepb.CommitStepsManyRequest)}
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	s := srv.(*Server)
-	if interceptor == nil {
-		return s.commitStepsMany(ctx, in.CommitStepsManyRequest, in.raw)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitStepsMany_FullMethodName}
-	return interceptor(ctx, in.CommitStepsManyRequest, info, func(ctx context.Context, req any) (any, error) {
-		r := req.(*storepb.CommitStepsManyRequest)
-		if r != in.CommitStepsManyRequest {
-			return s.commitStepsMany(ctx, r, nil) // replaced: its bytes are not raw's
+// keepingHandler is the gRPC handler of a method whose request's bytes the
+// server keeps: it decodes a fresh request with its bytes, and passes them
+// on to call unless an interceptor replaced the request, whose bytes they
+// then are not.
+func keepingHandler[M any, T interface {
+	*M
+	proto.Message
+}, R any](method string, call func(*Server, context.Context, T, []byte) (R, error)) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := &keptRequest[T]{req: T(new(M))}
+		if err := dec(in); err != nil {
+			return nil, err
 		}
-		return s.commitStepsMany(ctx, r, in.raw)
-	})
-}
-
-func commitManyHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := &commitManyWire{CommitManyRequest: new(storepb.CommitManyRequest)}
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	s := srv.(*Server)
-	if interceptor == nil {
-		return s.commitMany(ctx, in.CommitManyRequest, in.raw)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitMany_FullMethodName}
-	return interceptor(ctx, in.CommitManyRequest, info, func(ctx context.Context, req any) (any, error) {
-		r := req.(*storepb.CommitManyRequest)
-		if r != in.CommitManyRequest {
-			return s.commitMany(ctx, r, nil) // replaced: its bytes are not raw's
+		s := srv.(*Server)
+		if interceptor == nil {
+			return call(s, ctx, in.req, in.raw)
 		}
-		return s.commitMany(ctx, r, in.raw)
-	})
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: method}
+		return interceptor(ctx, in.req, info, func(ctx context.Context, req any) (any, error) {
+			r := req.(T)
+			if proto.Message(r) != proto.Message(in.req) {
+				return call(s, ctx, r, nil)
+			}
+			return call(s, ctx, r, in.raw)
+		})
+	}
 }
 
 // encodedBatches splits raw, the bytes req was decoded from, into the wire
@@ -231,25 +212,6 @@ type EncodedSteps struct {
 type EncodedStepsCommitter interface {
 	StepsManyCommitter
 	CommitStepsManyEncoded(ctx context.Context, bs []driver.StepBatch, enc []*EncodedSteps) []error
-}
-
-func commitStepsHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := &commitStepsWire{CommitStepsRequest: new(storepb.CommitStepsRequest)}
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	s := srv.(*Server)
-	if interceptor == nil {
-		return s.commitSteps(ctx, in.CommitStepsRequest, in.raw)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: storepb.Store_CommitSteps_FullMethodName}
-	return interceptor(ctx, in.CommitStepsRequest, info, func(ctx context.Context, req any) (any, error) {
-		r := req.(*storepb.CommitStepsRequest)
-		if r != in.CommitStepsRequest {
-			return s.commitSteps(ctx, r, nil) // replaced: its bytes are not raw's
-		}
-		return s.commitSteps(ctx, r, in.raw)
-	})
 }
 
 // encodedStepBatches splits raw, the bytes of a CommitStepsMany or
